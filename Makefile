@@ -1,0 +1,31 @@
+# goccl build entry points. `make test` is what CI runs (see .ci/run).
+GO        ?= go
+BIN       ?= bin
+STATICCHECK_VERSION ?= v0.8.2
+NP        ?= 4
+BENCH_ARGS ?= all_reduce -b 8 -e 64M -f 4
+
+.PHONY: build test lint bench kernels gpu-build clean
+
+build:
+	$(GO) build -o $(BIN)/goccl ./cmd/goccl
+
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 40m ./...
+
+lint:
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# The main job: the benchmark through the launcher (host backend where no
+# GPU exists).
+bench: build
+	$(BIN)/goccl run -np $(NP) $(BIN)/goccl bench $(BENCH_ARGS)
+
+# GPU machine only: compile kernels/*.cu into the committed fatbin.
+kernels:
+	bash kernels/build.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,40 @@
+// Command goccl is the user's entry point: run launches multi-rank jobs,
+// bench measures collectives in nccl-tests' format, info shows what the
+// runtime sees and would choose.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `usage: goccl <command> [arguments]
+
+commands:
+  run    -np N [--tag-output] [--timeout D] prog args...   start N local ranks
+  bench  <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
+  info   [--json]                                            devices, links, choices
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var code int
+	switch cmd {
+	case "run":
+		code = runMain(args)
+	case "bench":
+		code = benchMain(args)
+	case "info":
+		code = infoMain(args)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "goccl: unknown command %q\n%s", cmd, usage)
+		code = 2
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,180 @@
+package collectives
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DataType is an element type. Values match NCCL's ncclDataType_t where
+// NCCL has one, so that a C shim can pass them through.
+type DataType int32
+
+const (
+	Int8         DataType = 0
+	Uint8        DataType = 1
+	Int32        DataType = 2
+	Uint32       DataType = 3
+	Int64        DataType = 4
+	Uint64       DataType = 5
+	Float16      DataType = 6
+	Float32      DataType = 7
+	Float64      DataType = 8
+	BFloat16     DataType = 9
+	numDataTypes          = 10
+)
+
+var dataTypeNames = [numDataTypes]string{
+	Int8: "int8", Uint8: "uint8", Int32: "int32", Uint32: "uint32",
+	Int64: "int64", Uint64: "uint64", Float16: "half", Float32: "float",
+	Float64: "double", BFloat16: "bfloat16",
+}
+
+var dataTypeSizes = [numDataTypes]int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2}
+
+// AllDataTypes lists every supported type in enum order.
+func AllDataTypes() []DataType {
+	out := make([]DataType, numDataTypes)
+	for i := range out {
+		out[i] = DataType(i)
+	}
+	return out
+}
+
+// Valid reports whether t is a supported type.
+func (t DataType) Valid() bool { return t >= 0 && t < numDataTypes }
+
+// Size is the element size in bytes; 0 for an invalid type.
+func (t DataType) Size() int {
+	if !t.Valid() {
+		return 0
+	}
+	return dataTypeSizes[t]
+}
+
+// IsFloat reports whether t is a floating-point type.
+func (t DataType) IsFloat() bool {
+	return t == Float16 || t == Float32 || t == Float64 || t == BFloat16
+}
+
+// String gives nccl-tests' spelling ("float", "half", "bfloat16", ...).
+func (t DataType) String() string {
+	if !t.Valid() {
+		return fmt.Sprintf("DataType(%d)", int32(t))
+	}
+	return dataTypeNames[t]
+}
+
+// ParseDataType accepts nccl-tests' names and the Go-style aliases
+// (float32, float16, bf16, f64, ...).
+func ParseDataType(s string) (DataType, error) {
+	switch strings.ToLower(s) {
+	case "int8", "i8", "char":
+		return Int8, nil
+	case "uint8", "u8":
+		return Uint8, nil
+	case "int32", "i32", "int":
+		return Int32, nil
+	case "uint32", "u32":
+		return Uint32, nil
+	case "int64", "i64":
+		return Int64, nil
+	case "uint64", "u64":
+		return Uint64, nil
+	case "half", "float16", "f16", "fp16":
+		return Float16, nil
+	case "float", "float32", "f32", "fp32":
+		return Float32, nil
+	case "double", "float64", "f64", "fp64":
+		return Float64, nil
+	case "bfloat16", "bf16":
+		return BFloat16, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrUnknownDataType, s)
+}
+
+// Op is a reduction operator. Values match NCCL's ncclRedOp_t.
+type Op int32
+
+const (
+	Sum    Op = 0
+	Prod   Op = 1
+	Max    Op = 2
+	Min    Op = 3
+	Avg    Op = 4
+	numOps    = 5
+)
+
+var opNames = [numOps]string{"sum", "prod", "max", "min", "avg"}
+
+// AllOps lists every operator in enum order.
+func AllOps() []Op { return []Op{Sum, Prod, Max, Min, Avg} }
+
+// Valid reports whether o is a supported operator.
+func (o Op) Valid() bool { return o >= 0 && o < numOps }
+
+func (o Op) String() string {
+	if !o.Valid() {
+		return fmt.Sprintf("Op(%d)", int32(o))
+	}
+	return opNames[o]
+}
+
+// ParseOp accepts "sum", "prod", "max", "min", "avg".
+func ParseOp(s string) (Op, error) {
+	for i, n := range opNames {
+		if strings.EqualFold(s, n) {
+			return Op(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q", ErrUnknownOp, s)
+}
+
+// Collective names an operation.
+type Collective int32
+
+const (
+	AllReduce Collective = iota
+	Broadcast
+	Reduce
+	AllGather
+	ReduceScatter
+	numCollectives
+)
+
+var collectiveNames = [numCollectives]string{"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"}
+
+// AllCollectives lists every collective.
+func AllCollectives() []Collective {
+	return []Collective{AllReduce, Broadcast, Reduce, AllGather, ReduceScatter}
+}
+
+func (c Collective) Valid() bool { return c >= 0 && c < numCollectives }
+
+// String gives nccl-tests' binary stem ("all_reduce", ...).
+func (c Collective) String() string {
+	if !c.Valid() {
+		return fmt.Sprintf("Collective(%d)", int32(c))
+	}
+	return collectiveNames[c]
+}
+
+// ParseCollective accepts nccl-tests' names, with or without underscores
+// and a "_perf" suffix.
+func ParseCollective(s string) (Collective, error) {
+	k := strings.TrimSuffix(strings.ToLower(s), "_perf")
+	k = strings.ReplaceAll(k, "_", "")
+	for i, n := range collectiveNames {
+		if strings.ReplaceAll(n, "_", "") == k {
+			return Collective(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q", ErrUnknownCollective, s)
+}
+
+// Reduces reports whether the collective applies an Op.
+func (c Collective) Reduces() bool {
+	return c == AllReduce || c == Reduce || c == ReduceScatter
+}
+
+// Rooted reports whether the collective has a root rank.
+func (c Collective) Rooted() bool { return c == Broadcast || c == Reduce }

@@ -1,0 +1,5 @@
+package transport
+
+import "golang.org/x/sys/unix"
+
+func closeFDImpl(fd int) error { return unix.Close(fd) }
