@@ -1,12 +1,322 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/topology"
+	"github.com/goccl/goccl/transport/nvls"
 )
 
-// infoMain is filled in by its owner.
+// probeTimeout bounds the probe: driver loading and NVML queries do not
+// normally block, but a wedged driver must not hang `goccl info`.
+const probeTimeout = 60 * time.Second
+
+// infoMain prints what the runtime sees and would choose. A machine
+// without GPUs is not a failure: it prints the host facts and exits 0.
 func infoMain(args []string) int {
-	fmt.Fprintln(os.Stderr, "goccl info: not built yet")
-	return 1
+	fs := flag.NewFlagSet("goccl info", flag.ContinueOnError)
+	jsonOut := fs.Bool("json", false, "print the facts and choices as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "goccl info: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	facts, err := topology.ProbeSystem(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goccl info: %v\n", err)
+		return 1
+	}
+	if err := renderInfo(os.Stdout, facts, *jsonOut, os.Getenv); err != nil {
+		fmt.Fprintf(os.Stderr, "goccl info: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// infoChoice is the transport the runtime would pick for one way of
+// launching, or why it could not pick one.
+type infoChoice struct {
+	Mode  string `json:"mode"`
+	Ranks int    `json:"ranks"`
+	collectives.Choice
+	Error string `json:"error,omitempty"`
+}
+
+// infoReport is `goccl info --json`.
+type infoReport struct {
+	Facts              *topology.Facts `json:"facts"`
+	Choices            []infoChoice    `json:"choices"`
+	Algorithms         []string        `json:"algorithms"`
+	AlgorithmSelection string          `json:"algorithm_selection"`
+}
+
+const (
+	modeSingle = "single_process"
+	modePerGPU = "process_per_gpu"
+	modeHost   = "host_backend"
+)
+
+// buildReport computes the choices for the facts under the environment
+// getenv reads (GOCCL_TRANSPORT, GOCCL_ALGO, the NVLS gate's variables).
+func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
+	gate := func() (bool, string) { return nvls.Gate(getenv) }
+	forced := getenv("GOCCL_TRANSPORT")
+	rep := infoReport{Facts: f}
+	choose := func(mode string, place collectives.Placement) {
+		c := infoChoice{Mode: mode, Ranks: place.NRanks}
+		ch, err := collectives.ChooseTransport(f, place, forced, gate)
+		if err != nil {
+			c.Error = err.Error()
+		} else {
+			c.Choice = ch
+		}
+		rep.Choices = append(rep.Choices, c)
+	}
+	if n := len(f.GPUs); n > 0 {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		choose(modeSingle, collectives.Placement{NRanks: n, SingleProcess: true, Devices: all})
+		choose(modePerGPU, collectives.Placement{NRanks: n, Devices: all})
+	} else {
+		choose(modeHost, collectives.Placement{NRanks: 2})
+	}
+
+	for _, a := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot, collectives.CopyEngine} {
+		if _, err := collectives.ParseAlgorithm(string(a)); err == nil {
+			rep.Algorithms = append(rep.Algorithms, string(a))
+		}
+	}
+	rep.AlgorithmSelection = "chosen per call by collective, size and rank count"
+	if v := getenv("GOCCL_ALGO"); v != "" {
+		if a, err := collectives.ParseAlgorithm(v); err != nil {
+			rep.AlgorithmSelection = err.Error()
+		} else {
+			rep.AlgorithmSelection = "forced by GOCCL_ALGO=" + string(a)
+		}
+	}
+	return rep
+}
+
+// renderInfo writes the report as text or JSON.
+func renderInfo(w io.Writer, f *topology.Facts, jsonOut bool, getenv func(string) string) error {
+	if f == nil {
+		return errors.New("no facts")
+	}
+	rep := buildReport(f, getenv)
+	if jsonOut {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	ew := &errWriter{w: w}
+	renderText(ew, rep)
+	return ew.err
+}
+
+// errWriter keeps the first write error so the renderer stays linear.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return len(p), nil
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func renderText(w io.Writer, rep infoReport) {
+	f := rep.Facts
+	c := f.CPU
+	fmt.Fprintf(w, "CPU: %s (%s family %d model %d), %d physical / %d logical cores\n",
+		orNA(c.Brand), orNA(c.Vendor), c.Family, c.Model, c.PhysicalCores, c.LogicalCores)
+	fmt.Fprintf(w, "CPU features: %s\n", orNA(strings.Join(c.Features, " ")))
+	if len(f.NUMA) == 0 {
+		fmt.Fprintln(w, "NUMA: no nodes reported")
+	}
+	for _, n := range f.NUMA {
+		fmt.Fprintf(w, "NUMA node %d: CPUs %s\n", n.ID, n.CPUList)
+	}
+	for _, warn := range f.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+
+	if !f.HasGPUs() {
+		fmt.Fprintln(w, f.NoGPUReason)
+		renderChoices(w, rep)
+		return
+	}
+
+	fmt.Fprintf(w, "\nDriver: CUDA %s", orNA(f.DriverVersion))
+	if f.NVMLDriver != "" {
+		fmt.Fprintf(w, ", NVIDIA %s", f.NVMLDriver)
+	}
+	fmt.Fprintln(w)
+
+	// The nvidia-smi topo -m view.
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for i := range f.GPUs {
+		fmt.Fprintf(tw, "\tGPU%d", i)
+	}
+	fmt.Fprint(tw, "\tCPU Affinity\tNUMA Affinity\n")
+	for i, g := range f.GPUs {
+		fmt.Fprintf(tw, "GPU%d", i)
+		for j := range f.GPUs {
+			fmt.Fprintf(tw, "\t%s", f.Links[i][j].Label)
+		}
+		node := "N/A"
+		if g.NUMANode >= 0 {
+			node = fmt.Sprint(g.NUMANode)
+		}
+		fmt.Fprintf(tw, "\t%s\t%s\n", orNA(g.CPUList), node)
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+Legend:
+  X     the GPU itself
+  NV#   # NVLinks, direct or through NVSwitch
+  PIX   PCIe, at most one PCIe switch
+  PXB   PCIe, several PCIe switches, no host bridge
+  PHB   PCIe, through a host bridge
+  NODE  PCIe, between host bridges of one NUMA node
+  SYS   PCIe, across NUMA nodes
+`)
+	if hasUnknownLink(f) {
+		fmt.Fprintln(w, "  ?     unknown: NVML unavailable")
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprint(tw, "GPU\tName\tBus ID\tCC\tSMs\tMemory\tUVA\tIPC\tVMM\tPOSIX fd\tFabric\tMulticast\tNVSwitch links\n")
+	for _, g := range f.GPUs {
+		cp := g.Caps
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%.1f GiB\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n",
+			g.Index, g.Name, g.BusID, g.ComputeCapability(), g.SMs, float64(g.MemoryBytes)/(1<<30),
+			yesNo(cp.UVA), yesNo(cp.IPC), yesNo(cp.VMM), yesNo(cp.PosixFD), yesNo(cp.Fabric), yesNo(cp.Multicast),
+			g.NVSwitchLinks)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(Multicast is the driver's attribute only; nothing multicast is created.)")
+	for _, g := range f.GPUs {
+		if g.Fabric != nil {
+			fmt.Fprintf(w, "GPU%d fabric: state %s, clique %d, cluster %s\n", g.Index, g.Fabric.State, g.Fabric.CliqueID, g.Fabric.ClusterUUID)
+		}
+	}
+
+	if len(f.GPUs) > 1 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprint(tw, "Pair\tLink\tBandwidth/dir\tP2P\tNative atomics\n")
+		for i := range f.GPUs {
+			for j := i + 1; j < len(f.GPUs); j++ {
+				l, r := f.Links[i][j], f.Links[j][i]
+				bw := "-"
+				if l.BandwidthGBs > 0 {
+					bw = fmt.Sprintf("%g GB/s", l.BandwidthGBs)
+				}
+				fmt.Fprintf(tw, "GPU%d-GPU%d\t%s\t%s\t%s\t%s\n", i, j, linkText(l), bw,
+					both(l.P2P, r.P2P), both(l.Atomics, r.Atomics))
+			}
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
+	renderChoices(w, rep)
+}
+
+// both reports a per-direction flag for a pair: yes, no, or one-way.
+func both(ab, ba bool) string {
+	switch {
+	case ab && ba:
+		return "yes"
+	case !ab && !ba:
+		return "no"
+	case ab:
+		return "one way (low to high)"
+	}
+	return "one way (high to low)"
+}
+
+func linkText(l topology.Link) string {
+	switch l.Kind {
+	case topology.LinkNVLink:
+		return fmt.Sprintf("%d NVLinks, direct (%s)", l.NVLinks, l.Label)
+	case topology.LinkNVSwitch:
+		return fmt.Sprintf("%d NVLinks, through NVSwitch (%s)", l.NVLinks, l.Label)
+	case topology.LinkPCIe:
+		return "PCIe " + string(l.Path)
+	}
+	return "unknown"
+}
+
+func renderChoices(w io.Writer, rep infoReport) {
+	var nvlsLine string
+	for _, c := range rep.Choices {
+		var head string
+		switch c.Mode {
+		case modeSingle:
+			head = fmt.Sprintf("1 process driving all %d GPUs", c.Ranks)
+		case modePerGPU:
+			head = fmt.Sprintf("one process per GPU (%d ranks)", c.Ranks)
+		case modeHost:
+			head = "host backend (CPU ranks)"
+		}
+		if c.Error != "" {
+			fmt.Fprintf(w, "%s: no transport: %s\n", head, c.Error)
+			continue
+		}
+		fmt.Fprintf(w, "%s: transport %s (%s)\n", head, c.Transport, c.Reason)
+		if c.Mode != modeSingle {
+			nvlsLine = c.NVLSReason
+		}
+	}
+	if nvlsLine != "" && rep.Facts.HasGPUs() {
+		fmt.Fprintf(w, "NVLS: %s\n", nvlsLine)
+	}
+	fmt.Fprintf(w, "algorithms: %s; %s\n", strings.Join(rep.Algorithms, ", "), rep.AlgorithmSelection)
+}
+
+func hasUnknownLink(f *topology.Facts) bool {
+	for _, row := range f.Links {
+		for _, l := range row {
+			if l.Kind == topology.LinkUnknown {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "N/A"
+	}
+	return s
 }
