@@ -1,0 +1,261 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+func TestCommValidationReachesNothing(t *testing.T) {
+	ff := &fakeFactory{}
+	comms := initGroup(t, 2, testOpts(ff))
+	c := comms[1]
+	fb := ff.get(1)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		call func() error
+		is   error
+		want string
+	}{
+		{"bad dtype", func() error { return c.AllReduce(ctx, 8, 8, 4, DataType(42), Sum, 0) }, collectives.ErrUnknownDataType, "datatype 42"},
+		{"bad op", func() error { return c.AllReduce(ctx, 8, 8, 4, Float32, Op(9), 0) }, collectives.ErrUnknownOp, "op 9"},
+		{"negative count", func() error { return c.AllGather(ctx, 8, 8, -1, Float32, 0) }, collectives.ErrInvalidCount, "count -1"},
+		{"root out of range", func() error { return c.Broadcast(ctx, 8, 8, 4, Float32, 2, 0) }, collectives.ErrInvalidRoot, "root 2"},
+		{"reduce root", func() error { return c.Reduce(ctx, 8, 8, 4, Float32, Sum, -1, 0) }, collectives.ErrInvalidRoot, "root -1"},
+		{"nil send", func() error { return c.ReduceScatter(ctx, 0, 8, 4, Float32, Sum, 0) }, collectives.ErrNilPointer, "send buffer is nil"},
+		{"misaligned", func() error { return c.AllReduce(ctx, 8, 6, 4, Float64, Sum, 0) }, collectives.ErrMisaligned, "recv buffer 0x6"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, 0, fb.runCount(), "nothing reached the backend")
+		})
+	}
+	// A valid call goes through with the arguments as given.
+	require.NoError(t, c.Reduce(ctx, 16, 0, 3, Int32, Max, 0, 77))
+	require.Equal(t, 1, fb.runCount())
+	assert.Equal(t, collectives.Args{Coll: collectives.Reduce, Send: 16, Count: 3, Type: Int32, Op: Max, Root: 0, Stream: 77}, fb.runs[0])
+
+	_, err := c.Register(ctx, 16, 64)
+	require.ErrorIs(t, err, ErrNotSupported)
+	_, _, err = c.Alloc(ctx, 64)
+	require.ErrorIs(t, err, ErrNotSupported)
+}
+
+func TestCommCheckMismatch(t *testing.T) {
+	ff := &fakeFactory{}
+	opts := testOpts(ff)
+	opts.Env = map[string]string{"GOCCL_CHECK": "1"}
+	comms := initGroup(t, 3, opts)
+	ctx := context.Background()
+	type call func(c *Comm) error
+	cases := []struct {
+		name string
+		call call
+		want string
+	}{
+		{"count", func(c *Comm) error {
+			n := 12
+			if c.Rank() == 1 {
+				n = 10
+			}
+			return c.AllReduce(ctx, 8, 8, n, Float32, Sum, 0)
+		}, "rank 1 called all_reduce count=10, rank 0 count=12"},
+		{"collective", func(c *Comm) error {
+			if c.Rank() == 2 {
+				return c.AllGather(ctx, 8, 8, 4, Float32, 0)
+			}
+			return c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0)
+		}, "rank 2 called all_gather, rank 0 called all_reduce"},
+		{"dtype", func(c *Comm) error {
+			dt := Float32
+			if c.Rank() == 1 {
+				dt = BFloat16
+			}
+			return c.ReduceScatter(ctx, 8, 8, 4, dt, Sum, 0)
+		}, "rank 1 called reduce_scatter datatype=bfloat16, rank 0 datatype=float"},
+		{"op", func(c *Comm) error {
+			op := Sum
+			if c.Rank() == 2 {
+				op = Min
+			}
+			return c.Reduce(ctx, 8, 8, 4, Int8, op, 0, 0)
+		}, "rank 2 called reduce op=min, rank 0 op=sum"},
+		{"root", func(c *Comm) error { return c.Broadcast(ctx, 8, 8, 4, Int8, min(c.Rank(), 1), 0) }, "rank 1 called broadcast root=1, rank 0 root=0"},
+		{"one rank invalid", func(c *Comm) error {
+			if c.Rank() == 2 {
+				return c.AllReduce(ctx, 0, 8, 4, Float32, Sum, 0)
+			}
+			return c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0)
+		}, "rank 2 called all_reduce with invalid arguments"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := eachRank(comms, tc.call)
+			for r, err := range errs {
+				require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
+				if tc.name == "one rank invalid" && r == 2 {
+					assert.ErrorIs(t, err, collectives.ErrNilPointer, "the bad rank reports its own error")
+					continue
+				}
+				assert.Contains(t, err.Error(), tc.want, "rank %d", r)
+			}
+			for r := range comms {
+				assert.Equal(t, 0, ff.get(r).runCount(), "rank %d launched nothing", r)
+			}
+		})
+	}
+	errs := eachRank(comms, func(c *Comm) error { return c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0) })
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// Abort from another goroutine releases a collective blocked in the
+// backend within a second, many times, with concurrent Aborts.
+func TestCommAbortWhileBlocked(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		ff := &fakeFactory{block: true}
+		comms, err := InitAll(context.Background(), []int{0, 1}, testOpts(ff))
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- comms[0].AllReduce(context.Background(), 8, 8, 1, Float32, Sum, 0) }()
+		<-ff.get(0).started
+		start := time.Now()
+		var wg sync.WaitGroup
+		for k := 0; k < 1+i%2; k++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); comms[0].Abort(errTest) }()
+		}
+		err = <-done
+		took := time.Since(start)
+		wg.Wait()
+		require.ErrorIs(t, err, collectives.ErrAborted)
+		require.ErrorIs(t, err, errTest)
+		assert.Contains(t, err.Error(), "aborted by rank 0: test cause")
+		assert.Less(t, took, time.Second)
+		// Every later call fails the same way, nothing reaches the backend.
+		n := ff.get(0).runCount()
+		err = comms[0].Broadcast(context.Background(), 8, 8, 1, Float32, 0, 0)
+		require.ErrorIs(t, err, collectives.ErrAborted)
+		assert.Equal(t, n, ff.get(0).runCount())
+		// The other rank learns that rank 0 aborted.
+		waitFor(t, 5*time.Second, func() bool { return comms[1].Err() != nil }, "rank 1 to hear of the abort")
+		var pe *collectives.PeerError
+		require.ErrorAs(t, comms[1].Err(), &pe)
+		assert.Equal(t, 0, pe.Rank)
+		assert.Contains(t, comms[1].Err().Error(), "called Abort: test cause")
+		for _, c := range comms {
+			require.NoError(t, c.Close())
+			require.NoError(t, c.Close())
+			c.Abort(errTest) // after Close: harmless
+		}
+		assert.Equal(t, 1, ff.get(0).closed)
+	}
+}
+
+// A rank whose connections vanish without a goodbye (as when its process
+// dies) is named by every survivor's watchdog.
+func TestCommPeerDeathInProcess(t *testing.T) {
+	ff := &fakeFactory{block: true}
+	comms := initGroup(t, 3, testOpts(ff))
+	done := make(chan error, 2)
+	for _, r := range []int{0, 1} {
+		go func(c *Comm) { done <- c.AllReduce(context.Background(), 8, 8, 1, Float32, Sum, 0) }(comms[r])
+	}
+	<-ff.get(0).started
+	<-ff.get(1).started
+	// Kill rank 2's bootstrap as a dying process would: sockets close, no bye.
+	dead := comms[2].boot
+	dead.closing.Store(true)
+	for _, p := range dead.peers {
+		p.conn.Close()
+	}
+	start := time.Now()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-done:
+			var pe *collectives.PeerError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, 2, pe.Rank)
+			require.ErrorIs(t, err, collectives.ErrAborted)
+			assert.Contains(t, err.Error(), "rank 2 failed")
+		case <-time.After(10 * time.Second):
+			t.Fatal("survivor still blocked 10 s after rank 2 died")
+		}
+	}
+	t.Logf("survivors released after %v", time.Since(start))
+}
+
+// A silent peer (stopped, hung) is detected by missed heartbeats.
+func TestCommSilentPeerDetected(t *testing.T) {
+	ff := &fakeFactory{}
+	comms := initGroup(t, 2, testOpts(ff))
+	// Rank 1 stops beating: stop its heartbeat goroutine only.
+	close(comms[1].boot.done)
+	comms[1].boot.closeOnce.Do(func() {}) // its Close must not close done again
+	start := time.Now()
+	waitFor(t, 5*time.Second, func() bool { return comms[0].Err() != nil }, "rank 0 to notice")
+	assert.Less(t, time.Since(start), 2*time.Second)
+	err := comms[0].Err()
+	require.ErrorIs(t, err, collectives.ErrTimeout)
+	assert.Contains(t, err.Error(), "rank 1 failed")
+	assert.Contains(t, err.Error(), "no heartbeat")
+	fb := ff.get(0)
+	select {
+	case <-fb.aborted:
+	case <-time.After(time.Second):
+		t.Fatal("the backend was not aborted")
+	}
+	fb.mu.Lock()
+	assert.True(t, errors.Is(fb.abortErr, collectives.ErrAborted))
+	fb.mu.Unlock()
+	// Clean up rank 1's sockets by hand (its Close is now a no-op).
+	for _, p := range comms[1].boot.peers {
+		p.conn.Close()
+	}
+	comms[1].boot.fds.close()
+}
+
+// Closing cleanly is not a failure for the others.
+func TestCommCloseIsNotFailure(t *testing.T) {
+	ff := &fakeFactory{}
+	comms, err := InitAll(context.Background(), []int{0, 1, 2}, testOpts(ff))
+	require.NoError(t, err)
+	require.NoError(t, comms[0].Close())
+	time.Sleep(700 * time.Millisecond) // longer than the heartbeat timeout
+	assert.NoError(t, comms[1].Err())
+	assert.NoError(t, comms[2].Err())
+	require.NoError(t, comms[1].Close())
+	require.NoError(t, comms[2].Close())
+	require.ErrorIs(t, comms[1].AllReduce(context.Background(), 8, 8, 1, Float32, Sum, 0), collectives.ErrClosed)
+}
+
+// Create/destroy cycles, healthy and aborted, leave no goroutine or fd.
+func TestCommLifecycleNoLeaks(t *testing.T) {
+	baseG, baseFD := runtime.NumGoroutine(), countFDs(t)
+	for i := 0; i < 30; i++ {
+		comms, err := InitAll(context.Background(), []int{0, 1, 2}, testOpts(&fakeFactory{}))
+		require.NoError(t, err)
+		if i%2 == 1 {
+			comms[i%3].Abort(errTest)
+		}
+		for _, c := range comms {
+			_ = c.Close()
+		}
+	}
+	waitFor(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= baseG }, "goroutines to return to baseline")
+	assert.Equal(t, baseFD, countFDs(t))
+}

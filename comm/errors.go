@@ -1,0 +1,29 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// ErrMismatch is wrapped by errors that say ranks of one job disagree
+// (nranks, protocol version, duplicate rank numbers, and with GOCCL_CHECK
+// the arguments of a collective). It wraps collectives.ErrInvalidArgument.
+var ErrMismatch = fmt.Errorf("%w: ranks disagree", collectives.ErrInvalidArgument)
+
+// ErrNotSupported is returned by Register and Alloc when the backend cannot
+// register memory (the host backend).
+var ErrNotSupported = errors.New("goccl: not supported by this backend")
+
+// Errors of the collectives package re-exported so that users import only
+// comm.
+var (
+	ErrInvalidArgument = collectives.ErrInvalidArgument
+	ErrAborted         = collectives.ErrAborted
+	ErrClosed          = collectives.ErrClosed
+	ErrTimeout         = collectives.ErrTimeout
+)
+
+// PeerError says which rank failed and why.
+type PeerError = collectives.PeerError

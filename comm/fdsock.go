@@ -1,0 +1,293 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// fdSocket is a rank's Unix datagram socket for passing descriptors. Its
+// abstract name carries the job token, so jobs never meet. Datagrams keep
+// each message and its descriptors together. The kernel attaches the
+// sender's credentials to every datagram (SO_PASSCRED); a message is
+// accepted only from our uid and from the pid that the rendezvous
+// recorded for the rank the message claims to come from. Anything else is
+// dropped and every descriptor it carried is closed.
+type fdSocket struct {
+	conn  *net.UnixConn
+	token string
+	rank  int
+	log   *slog.Logger
+
+	// Set by start, before the reader runs.
+	magic uint64
+	pids  []int32
+	uid   uint32
+	queue []chan []int // per sender
+
+	smu     sync.Mutex // serializes sends (one write deadline per socket)
+	wg      sync.WaitGroup
+	closed  chan struct{}
+	started bool
+}
+
+// maxFDsPerMsg bounds descriptors in one message (the kernel's SCM_MAX_FD
+// is 253).
+const maxFDsPerMsg = 64
+
+// fdQueue bounds messages waiting per sender.
+const fdQueue = 64
+
+func fdSocketName(token string, rank int) string {
+	return fmt.Sprintf("@goccl-%s-%d", token, rank)
+}
+
+// bindFDSocket binds rank's socket. It is done before the rendezvous so
+// that every socket exists once any rank learns that the job formed.
+func bindFDSocket(token string, rank int, log *slog.Logger) (*fdSocket, error) {
+	name := fdSocketName(token, rank)
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%w: rank %d is already taken by another process of this job (its fd socket %q exists): duplicate rank", ErrMismatch, rank, name[1:])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("goccl: rank %d: binding fd socket %q: %w", rank, name[1:], err)
+	}
+	rc, err := conn.SyscallConn()
+	if err == nil {
+		cerr := rc.Control(func(fd uintptr) {
+			err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+		})
+		if cerr != nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("goccl: rank %d: SO_PASSCRED on fd socket: %w", rank, err)
+	}
+	return &fdSocket{conn: conn, token: token, rank: rank, log: log, closed: make(chan struct{})}, nil
+}
+
+// start begins receiving once the job's pids are known.
+func (s *fdSocket) start(magic uint64, pids []int32) {
+	s.magic = magic
+	s.pids = pids
+	s.uid = uint32(os.Getuid())
+	s.queue = make([]chan []int, len(pids))
+	for i := range s.queue {
+		s.queue[i] = make(chan []int, fdQueue)
+	}
+	s.started = true
+	s.wg.Add(1)
+	go s.readLoop()
+}
+
+// fd message payload: "GFD1" | magic u64 | sender u32 | nfds u32.
+const fdMsgSize = 20
+
+type fdMsg struct {
+	Magic  uint64
+	Sender uint32
+	NFDs   uint32
+}
+
+func encodeFDMsg(m fdMsg) []byte {
+	b := make([]byte, fdMsgSize)
+	copy(b, "GFD1")
+	binary.BigEndian.PutUint64(b[4:], m.Magic)
+	binary.BigEndian.PutUint32(b[12:], m.Sender)
+	binary.BigEndian.PutUint32(b[16:], m.NFDs)
+	return b
+}
+
+func decodeFDMsg(b []byte) (fdMsg, error) {
+	if len(b) != fdMsgSize || string(b[:4]) != "GFD1" {
+		return fdMsg{}, fmt.Errorf("%w: fd message of %d bytes", errMalformed, len(b))
+	}
+	m := fdMsg{Magic: binary.BigEndian.Uint64(b[4:]), Sender: binary.BigEndian.Uint32(b[12:]), NFDs: binary.BigEndian.Uint32(b[16:])}
+	if m.NFDs > maxFDsPerMsg {
+		return m, fmt.Errorf("%w: fd message claims %d descriptors", errMalformed, m.NFDs)
+	}
+	return m, nil
+}
+
+func (s *fdSocket) readLoop() {
+	defer s.wg.Done()
+	buf := make([]byte, fdMsgSize+1)
+	oob := make([]byte, unix.CmsgSpace(4*maxFDsPerMsg)+unix.CmsgSpace(unix.SizeofUcred))
+	for {
+		n, oobn, flags, _, err := s.conn.ReadMsgUnix(buf, oob)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("goccl: fd socket read", "rank", s.rank, "err", err)
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		fds, cred := parseControl(oob[:oobn])
+		sender, err := s.accept(buf[:n], flags, fds, cred)
+		if err != nil {
+			closeFDs(fds)
+			s.log.Warn("goccl: dropped a message on the fd socket", "rank", s.rank, "why", err)
+			continue
+		}
+		select {
+		case s.queue[sender] <- fds:
+		default:
+			closeFDs(fds)
+			s.log.Warn("goccl: dropped fds: too many queued", "rank", s.rank, "sender", sender)
+		}
+	}
+}
+
+// accept checks one received message; pure but for s's fields.
+func (s *fdSocket) accept(payload []byte, flags int, fds []int, cred *unix.Ucred) (int, error) {
+	if flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0 {
+		return 0, fmt.Errorf("truncated message (flags %#x)", flags)
+	}
+	if cred == nil {
+		return 0, errors.New("no sender credentials")
+	}
+	m, err := decodeFDMsg(payload)
+	if err != nil {
+		return 0, fmt.Errorf("from pid %d: %w", cred.Pid, err)
+	}
+	switch {
+	case m.Magic != s.magic:
+		return 0, fmt.Errorf("from pid %d: wrong magic", cred.Pid)
+	case int64(m.Sender) >= int64(len(s.pids)):
+		return 0, fmt.Errorf("from pid %d: claims rank %d of %d", cred.Pid, m.Sender, len(s.pids))
+	case cred.Uid != s.uid:
+		return 0, fmt.Errorf("from pid %d: uid %d, this job runs as %d", cred.Pid, cred.Uid, s.uid)
+	case cred.Pid != s.pids[m.Sender]:
+		return 0, fmt.Errorf("pid %d claims rank %d, whose pid is %d", cred.Pid, m.Sender, s.pids[m.Sender])
+	case int(m.NFDs) != len(fds):
+		return 0, fmt.Errorf("rank %d: message says %d fds, carried %d", m.Sender, m.NFDs, len(fds))
+	}
+	return int(m.Sender), nil
+}
+
+// parseControl collects every descriptor (so that all can be closed on
+// rejection) and the credentials.
+func parseControl(oob []byte) ([]int, *unix.Ucred) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, nil
+	}
+	var fds []int
+	var cred *unix.Ucred
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Header.Level != unix.SOL_SOCKET {
+			continue
+		}
+		switch m.Header.Type {
+		case unix.SCM_RIGHTS:
+			if got, err := unix.ParseUnixRights(m); err == nil {
+				fds = append(fds, got...)
+			}
+		case unix.SCM_CREDENTIALS:
+			if c, err := unix.ParseUnixCredentials(m); err == nil {
+				cred = c
+			}
+		}
+	}
+	return fds, cred
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}
+
+func (s *fdSocket) send(ctx context.Context, peer int, fds []int) error {
+	if peer < 0 || peer >= len(s.pids) {
+		return fmt.Errorf("%w: SendFDs to rank %d of %d", collectives.ErrInvalidArgument, peer, len(s.pids))
+	}
+	if len(fds) > maxFDsPerMsg {
+		return fmt.Errorf("%w: SendFDs of %d descriptors, at most %d per message", collectives.ErrInvalidArgument, len(fds), maxFDsPerMsg)
+	}
+	payload := encodeFDMsg(fdMsg{Magic: s.magic, Sender: uint32(s.rank), NFDs: uint32(len(fds))})
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	addr := &net.UnixAddr{Name: fdSocketName(s.token, peer), Net: "unixgram"}
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Time{}
+	}
+	_ = s.conn.SetWriteDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetWriteDeadline(time.Now()) })
+	defer stop()
+	if _, _, err := s.conn.WriteMsgUnix(payload, oob, addr); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: SendFDs to rank %d: %v", collectives.ErrTimeout, peer, ctx.Err())
+		}
+		return &collectives.PeerError{Rank: peer, Cause: fmt.Errorf("fd socket: %w", err)}
+	}
+	return nil
+}
+
+func (s *fdSocket) recv(ctx context.Context, peer, n int, failed <-chan struct{}, failure func() error) ([]int, error) {
+	if peer < 0 || peer >= len(s.pids) {
+		return nil, fmt.Errorf("%w: RecvFDs from rank %d of %d", collectives.ErrInvalidArgument, peer, len(s.pids))
+	}
+	select {
+	case fds := <-s.queue[peer]:
+		if len(fds) != n {
+			closeFDs(fds)
+			return nil, fmt.Errorf("%w: rank %d sent %d descriptors, rank %d expected %d", ErrMismatch, peer, len(fds), s.rank, n)
+		}
+		return fds, nil
+	case <-failed:
+		return nil, failure()
+	case <-s.closed:
+		return nil, fmt.Errorf("RecvFDs: %w", collectives.ErrClosed)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: RecvFDs on rank %d: rank %d sent nothing: %v", collectives.ErrTimeout, s.rank, peer, ctx.Err())
+	}
+}
+
+// close stops the reader and closes every descriptor still queued.
+func (s *fdSocket) close() {
+	select {
+	case <-s.closed:
+		return
+	default:
+	}
+	close(s.closed)
+	_ = s.conn.Close()
+	s.wg.Wait()
+	for _, q := range s.queue {
+		for {
+			select {
+			case fds := <-q:
+				closeFDs(fds)
+				continue
+			default:
+			}
+			break
+		}
+	}
+}
