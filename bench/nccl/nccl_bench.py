@@ -128,17 +128,23 @@ def main():
         us = t.item()
         size = total * esize
         algbw = size / us / 1e3
-        rows.append({"bytes": size, "count": per, "type": a.d, "time_us": us,
-                     "algbw": algbw, "busbw": algbw * BUS_FACTOR[a.coll](n)})
+        res = {"time_us": us, "algbw_gbps": algbw, "busbw_gbps": algbw * BUS_FACTOR[a.coll](n), "wrong": -1}
+        # torch's collectives run in place (all_reduce, broadcast, reduce) or
+        # out of place (all_gather, reduce_scatter); one measurement fills both
+        # columns so the row has goccl bench's JSON shape.
+        rows.append({"size": size, "count": per, "type": a.d, "redop": "sum", "root": 0,
+                     "out_of_place": res, "in_place": res})
         if rank == 0:
-            print(f"{size:>12} {per:>12} {a.d:>8} {us:10.2f} {algbw:8.2f} {rows[-1]['busbw']:8.2f}", flush=True)
+            print(f"{size:>12} {per:>12} {a.d:>8} {us:10.2f} {algbw:8.2f} {res['busbw_gbps']:8.2f}", flush=True)
         del big, small
         if a.graph:
             del graph
     if rank == 0 and a.json:
         with open(a.json, "w") as f:
-            json.dump({"tool": "nccl", "version": ".".join(map(str, torch.cuda.nccl.version())),
-                       "collective": a.coll, "nranks": n, "mode": f"graph{a.graph}" if a.graph else "eager",
+            json.dump({"tool": "nccl " + ".".join(map(str, torch.cuda.nccl.version())),
+                       "label": "NCCL (torch.distributed)" + (f" graph {a.graph}" if a.graph else " eager"),
+                       "collective": a.coll, "backend": "gpu", "nranks": n,
+                       "mode": {"iters": a.n, "warmup_iters": a.w, "graph": a.graph},
                        "rows": rows}, f, indent=1)
     dist.destroy_process_group()
     return 0

@@ -1,12 +1,92 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/goccl/goccl/bench"
+	"github.com/goccl/goccl/bench/job"
 )
 
-// benchMain is filled in by its owner.
+// benchMain is `goccl bench`: see bench.Usage. It exits 0 when every
+// check passed, 1 on wrong results or any failure, 2 on a usage error.
 func benchMain(args []string) int {
-	fmt.Fprintln(os.Stderr, "goccl bench: not built yet")
-	return 1
+	cfg, err := bench.ParseArgs(args)
+	if err != nil {
+		for _, a := range args {
+			if a == "-h" || a == "--help" || a == "-help" {
+				fmt.Print(bench.Usage)
+				return 0
+			}
+		}
+		fmt.Fprintf(os.Stderr, "goccl bench: %v\n\n%s", err, bench.Usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	inProcess := 0
+	if cfg.GPUs > 1 {
+		inProcess = cfg.GPUs
+	}
+	j, err := job.Open(ctx, job.Options{Backend: string(cfg.Backend), InProcess: inProcess})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goccl bench: %v\n", err)
+		return 1
+	}
+	sum, runErr := bench.Run(ctx, &cfg, j.Ranks, os.Stdout)
+	if runErr != nil && !errors.Is(runErr, bench.ErrWrong) {
+		j.Abort(runErr)
+	}
+	code := 0
+	if runErr != nil {
+		fmt.Fprintf(os.Stderr, "goccl bench: %v\n", runErr)
+		code = 1
+	}
+	if leads(j) && (runErr == nil || errors.Is(runErr, bench.ErrWrong)) {
+		if err := writeOutputs(&cfg, sum); err != nil {
+			fmt.Fprintf(os.Stderr, "goccl bench: %v\n", err)
+			code = 1
+		}
+	}
+	if err := j.Close(); err != nil && runErr == nil {
+		fmt.Fprintf(os.Stderr, "goccl bench: close: %v\n", err)
+		code = 1
+	}
+	return code
+}
+
+// leads reports whether this process holds rank 0, the one that reports.
+func leads(j *job.Job) bool {
+	for _, r := range j.Ranks {
+		if r.Comm.Rank() == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func writeOutputs(cfg *bench.Config, sum bench.Summary) error {
+	rep := bench.NewReport(cfg, sum)
+	if cfg.JSON != "" {
+		if err := rep.WriteJSON(cfg.JSON); err != nil {
+			return err
+		}
+	}
+	if cfg.Plot == "" {
+		return nil
+	}
+	reports := []bench.Report{rep}
+	if cfg.Peer != "" {
+		peer, err := bench.ReadReport(cfg.Peer)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, peer)
+	}
+	return bench.WritePlot(cfg.Plot, reports...)
 }

@@ -1,0 +1,176 @@
+// Package job starts the communicators a goccl tool process drives and
+// pairs each with its buffer space: one rank from the launcher's
+// environment (goccl run, torchrun, mpirun, srun), or several ranks in one
+// process (InitAll; UVA on GPUs). It adapts comm.Comm to bench.Comm for
+// `goccl bench` and the conformance program.
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/goccl/goccl/bench"
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/comm"
+	"github.com/goccl/goccl/internal/cuda"
+	"github.com/goccl/goccl/internal/membuf"
+	"github.com/goccl/goccl/transport"
+)
+
+// Options choose the backend and how ranks are made.
+type Options struct {
+	Backend string // "host", "gpu" or "auto" (gpu where a CUDA device exists)
+	// InProcess > 0 makes that many ranks in this process with
+	// comm.InitAll (rank i on device i). 0 joins the launcher's job, or,
+	// with no launcher environment, runs one rank alone.
+	InProcess int
+	Timeout   time.Duration // init and bootstrap bound; 0 for comm's default
+}
+
+// Job is this process's ranks.
+type Job struct {
+	Backend string
+	Ranks   []bench.Rank
+	comms   []*comm.Comm
+}
+
+// Open initializes the communicators and their spaces.
+func Open(ctx context.Context, o Options) (*Job, error) {
+	backend := strings.ToLower(o.Backend)
+	var drv cuda.Driver
+	switch backend {
+	case "", "auto":
+		backend = "host"
+		if d, err := cuda.Load(); err == nil {
+			if n, err := d.DeviceCount(); err == nil && n > 0 {
+				backend, drv = "gpu", d
+			}
+		}
+	case "host":
+	case "gpu":
+		d, err := cuda.Load()
+		if err != nil {
+			return nil, fmt.Errorf("--backend gpu: %w", err)
+		}
+		drv = d
+	default:
+		return nil, fmt.Errorf("%w: backend %q (want host, gpu or auto)", collectives.ErrInvalidArgument, o.Backend)
+	}
+	opts := comm.Options{Backend: backend, Timeout: o.Timeout}
+	j := &Job{Backend: backend}
+	n := o.InProcess
+	if n > 0 && launched() {
+		return nil, fmt.Errorf("%w: %d in-process ranks inside a launcher's job: run one process without the launcher instead", collectives.ErrInvalidArgument, n)
+	}
+	if n == 0 && !launched() {
+		n = 1
+	}
+	if n > 0 {
+		devs := make([]int, n)
+		for i := range devs {
+			devs[i] = i
+		}
+		cs, err := comm.InitAll(ctx, devs, opts)
+		if err != nil {
+			return nil, fmt.Errorf("init %d in-process ranks (%s): %w", n, backend, err)
+		}
+		j.comms = cs
+	} else {
+		c, err := comm.InitFromEnv(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("init from the launcher's environment (%s): %w", backend, err)
+		}
+		j.comms = []*comm.Comm{c}
+	}
+	for _, c := range j.comms {
+		var sp membuf.Space = membuf.NewHost()
+		if backend == "gpu" {
+			d, err := membuf.NewDevice(drv, c.Device())
+			if err != nil {
+				j.Abort(err)
+				_ = j.Close()
+				return nil, err
+			}
+			sp = d
+		}
+		j.Ranks = append(j.Ranks, bench.Rank{Comm: Adapter{c}, Space: sp})
+	}
+	return j, nil
+}
+
+// launched reports whether a launcher's rank variable is set.
+func launched() bool {
+	for _, v := range []string{"GOCCL_COMM_ID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"} {
+		if _, ok := os.LookupEnv(v); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Abort aborts every communicator (after a failure, so that peers stop
+// waiting).
+func (j *Job) Abort(cause error) {
+	for _, c := range j.comms {
+		c.Abort(cause)
+	}
+}
+
+// Close releases the spaces and communicators.
+func (j *Job) Close() error {
+	var errs []error
+	for _, r := range j.Ranks {
+		errs = append(errs, r.Space.Close())
+	}
+	for _, c := range j.comms {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Adapter presents a comm.Comm as a bench.Comm and bench.Registrar.
+type Adapter struct{ C *comm.Comm }
+
+func (a Adapter) Rank() int                      { return a.C.Rank() }
+func (a Adapter) Size() int                      { return a.C.Size() }
+func (a Adapter) Bootstrap() transport.Bootstrap { return a.C.Bootstrap() }
+
+// Run dispatches to the collective's method.
+func (a Adapter) Run(ctx context.Context, x *collectives.Args) error {
+	c := a.C
+	switch x.Coll {
+	case collectives.AllReduce:
+		return c.AllReduce(ctx, x.Send, x.Recv, x.Count, x.Type, x.Op, x.Stream)
+	case collectives.Broadcast:
+		return c.Broadcast(ctx, x.Send, x.Recv, x.Count, x.Type, x.Root, x.Stream)
+	case collectives.Reduce:
+		return c.Reduce(ctx, x.Send, x.Recv, x.Count, x.Type, x.Op, x.Root, x.Stream)
+	case collectives.AllGather:
+		return c.AllGather(ctx, x.Send, x.Recv, x.Count, x.Type, x.Stream)
+	case collectives.ReduceScatter:
+		return c.ReduceScatter(ctx, x.Send, x.Recv, x.Count, x.Type, x.Op, x.Stream)
+	}
+	return fmt.Errorf("%w: %v", collectives.ErrUnknownCollective, x.Coll)
+}
+
+// Register registers existing memory; release deregisters it.
+func (a Adapter) Register(ctx context.Context, ptr uintptr, size int) (func(context.Context) error, error) {
+	reg, err := a.C.Register(ctx, ptr, uint64(size))
+	if err != nil {
+		return nil, err
+	}
+	return reg.Close, nil
+}
+
+// Alloc allocates registered memory; release frees it.
+func (a Adapter) Alloc(ctx context.Context, size int) (uintptr, func(context.Context) error, error) {
+	p, reg, err := a.C.Alloc(ctx, uint64(size))
+	if err != nil {
+		return 0, nil, err
+	}
+	return p, reg.Close, nil
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/bench"
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/check/checktest"
+	"github.com/goccl/goccl/internal/membuf"
+)
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig([]string{"--backend", "host", "--counts", "3,5", "--colls", "all_reduce,broadcast", "--types", "float32,bf16",
+		"--ops", "sum", "--roots", "all", "--inplace", "only", "--seed", "9", "--large", "64Mi,1G", "--large-types", "int32",
+		"--stress", "10", "--timeout", "1m"})
+	require.NoError(t, err)
+	assert.Equal(t, []int{3, 5}, c.counts)
+	assert.Equal(t, []collectives.Collective{collectives.AllReduce, collectives.Broadcast}, c.colls)
+	assert.Equal(t, []collectives.DataType{collectives.Float32, collectives.BFloat16}, c.types)
+	assert.Equal(t, []int64{64 << 20, 1 << 30}, c.large)
+	assert.Equal(t, []collectives.DataType{collectives.Int32}, c.largeTypes)
+	assert.Equal(t, placeOnly, c.inplace)
+	assert.Equal(t, uint64(9), c.seed)
+	assert.Equal(t, time.Minute, c.timeout)
+
+	c, err = parseConfig(nil)
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 1, 7, 4095, 1048579}, c.counts)
+	assert.Len(t, c.colls, 5)
+	assert.Len(t, c.types, 10)
+	assert.Len(t, c.ops, 5)
+
+	bad := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--counts", "-5"}, "negative"},
+		{[]string{"--counts", "x"}, "--counts"},
+		{[]string{"--types", "float8"}, "--types"},
+		{[]string{"--colls", "all_to_all"}, "--colls"},
+		{[]string{"--ops", "xor"}, "--ops"},
+		{[]string{"--inplace", "maybe"}, "--inplace"},
+		{[]string{"--roots", "x"}, "--roots"},
+		{[]string{"--backend", "tpu"}, "--backend"},
+		{[]string{"--large", "huge"}, "--large"},
+		{[]string{"--graph", "5", "--backend", "host"}, "--graph needs"},
+		{[]string{"--stress", "-1"}, ">= 0"},
+		{[]string{"--timeout", "0s"}, "--timeout"},
+		{[]string{"extra"}, "unexpected"},
+	}
+	for _, tt := range bad {
+		_, err := parseConfig(tt.args)
+		require.ErrorIsf(t, err, errUsage, "%v", tt.args)
+		assert.Containsf(t, err.Error(), tt.want, "%v", tt.args)
+	}
+}
+
+func TestBuildCases(t *testing.T) {
+	c, err := parseConfig([]string{"--counts", "1,7", "--types", "float32,int8", "--ops", "sum,max"})
+	require.NoError(t, err)
+	cs, err := buildCases(c, 3)
+	require.NoError(t, err)
+	// Per type and placement: all_reduce, reduce_scatter 2 ops; reduce 2
+	// ops x 2 roots (0 and 2); broadcast 2 roots; all_gather 1.
+	perType := 2 + 2 + 2*2 + 2 + 1
+	require.Len(t, cs, perType*2*2*2)
+	seeds := map[uint64]bool{}
+	inPlace := 0
+	for _, tc := range cs {
+		require.NoError(t, tc.Validate())
+		seeds[tc.Seed] = true
+		if tc.inPlace {
+			inPlace++
+		}
+		if tc.Coll.Rooted() {
+			assert.Contains(t, []int{0, 2}, tc.Root)
+		}
+	}
+	assert.Len(t, seeds, len(cs), "every case has fresh inputs")
+	assert.Equal(t, len(cs)/2, inPlace)
+
+	c.large = []int64{64 << 20}
+	cs2, err := buildCases(c, 3)
+	require.NoError(t, err)
+	large := cs2[len(cs):]
+	require.NotEmpty(t, large)
+	for _, tc := range large {
+		assert.Equal(t, (64<<20)/tc.Type.Size(), tc.Count)
+		assert.Contains(t, []collectives.DataType{collectives.Float32, collectives.BFloat16, collectives.Int32}, tc.Type)
+	}
+
+	c.roots = "5"
+	_, err = buildCases(c, 3)
+	require.ErrorIs(t, err, errUsage)
+}
+
+// fakeRun runs the program's ranks over the in-process fake communicator.
+func fakeRun(t *testing.T, n int, args []string, setup func(*checktest.Group)) (int, string, string) {
+	t.Helper()
+	cfg, err := parseConfig(args)
+	require.NoError(t, err)
+	g := checktest.NewGroup(n)
+	if setup != nil {
+		setup(g)
+	}
+	ranks := make([]bench.Rank, n)
+	for r := range ranks {
+		ranks[r] = bench.Rank{Comm: g.Rank(r), Space: membuf.NewHost()}
+	}
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code := runRanks(ctx, cfg, ranks, &syncWriter{w: &out}, &errOut, nil)
+	return code, out.String(), errOut.String()
+}
+
+func TestRunPasses(t *testing.T) {
+	code, out, errOut := fakeRun(t, 3, []string{"--counts", "0,1,7,100", "--stress", "50"}, nil)
+	require.Equal(t, 0, code, "%s\n%s", out, errOut)
+	for r := 0; r < 3; r++ {
+		assert.Regexp(t, `conformance: rank `+string(rune('0'+r))+`: \d+ cases, 0 failed`, out)
+	}
+	assert.Contains(t, out, "conformance: all 3 ranks:")
+	assert.Contains(t, out, " 0 failed\n")
+}
+
+func TestRunReportsWrongElement(t *testing.T) {
+	// Call 5 is all_reduce int8 sum count 7 out-of-place... whichever it
+	// is, one rank's last element is wrong and must be named.
+	code, out, _ := fakeRun(t, 2, []string{"--counts", "7", "--colls", "all_reduce", "--types", "int32", "--ops", "sum,max"},
+		func(g *checktest.Group) { g.CorruptCall, g.CorruptRank = 3, 1 })
+	require.Equal(t, 1, code, out)
+	assert.Contains(t, out, "conformance: rank 1: FAIL all_reduce int32 count=7 nranks=2 op=max")
+	assert.Contains(t, out, "1 of 7 elements wrong: [6] got")
+	assert.Contains(t, out, "conformance: rank 1: 4 cases, 1 failed")
+	assert.Contains(t, out, "conformance: rank 0: 4 cases, 0 failed")
+	assert.Contains(t, out, "conformance: all 2 ranks: 8 cases, 1 failed")
+}
+
+func TestStressDetectsCorruption(t *testing.T) {
+	// 5 collectives + 20 matrix cases; the corrupted call is the stress
+	// run's last call on some buffer only if it lands last: corrupt the
+	// final call, which is always some slot's last result.
+	cfgArgs := []string{"--counts", "3", "--types", "float32", "--ops", "sum", "--inplace", "none", "--stress", "30"}
+	cfg, err := parseConfig(cfgArgs)
+	require.NoError(t, err)
+	cs, err := buildCases(cfg, 2)
+	require.NoError(t, err)
+	code, out, _ := fakeRun(t, 2, cfgArgs, func(g *checktest.Group) { g.CorruptCall, g.CorruptRank = len(cs)+30, 0 })
+	require.Equal(t, 1, code, out)
+	assert.Contains(t, out, "FAIL after 30 mixed calls")
+}
+
+func TestGraphNeedsDevice(t *testing.T) {
+	code, _, errOut := fakeRun(t, 2, []string{"--counts", "1", "--colls", "broadcast", "--types", "int8", "--graph", "3", "--backend", "auto"}, nil)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "CUDA graphs need a device space")
+}
+
+func TestGuardAndSendChecks(t *testing.T) {
+	// A communicator that writes one element too many (past the output)
+	// is caught even though the output itself is right.
+	cfg, err := parseConfig([]string{"--counts", "4", "--colls", "broadcast", "--types", "uint8", "--inplace", "none"})
+	require.NoError(t, err)
+	g := checktest.NewGroup(2)
+	ranks := []bench.Rank{{Comm: overrun{g.Rank(0)}, Space: membuf.NewHost()}, {Comm: overrun{g.Rank(1)}, Space: membuf.NewHost()}}
+	var out bytes.Buffer
+	code := runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &bytes.Buffer{}, nil)
+	assert.Equal(t, 1, code)
+	assert.True(t, strings.Contains(out.String(), "bytes written past the end of the output"), out.String())
+}
+
+// overrun runs the collective, then scribbles one byte past its output.
+type overrun struct{ *checktest.Comm }
+
+func (o overrun) Run(ctx context.Context, a *collectives.Args) error {
+	if err := o.Comm.Run(ctx, a); err != nil {
+		return err
+	}
+	b := (*[1 << 20]byte)(ptrOf(a.Recv))
+	b[a.RecvBytes(o.Size())] ^= 0xFF
+	return nil
+}
