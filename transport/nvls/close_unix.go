@@ -1,0 +1,5 @@
+package nvls
+
+import "golang.org/x/sys/unix"
+
+func closeFDImpl(fd int) error { return unix.Close(fd) }
