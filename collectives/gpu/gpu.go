@@ -3,19 +3,286 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+	"github.com/goccl/goccl/kernels"
 	"github.com/goccl/goccl/transport"
 )
 
 // Config selects the device and transport.
 type Config struct {
 	Device    int    // CUDA device ordinal this rank drives
-	Transport string // "", "uva", "ipc", "vmm" (GOCCL_TRANSPORT)
-	Algo      string // GOCCL_ALGO
+	Transport string // "", "uva", "ipc", "vmm" (GOCCL_TRANSPORT); "" chooses
+	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot"
+	// MaxBlocks caps the blocks of one launch (0: default 64, at most 128).
+	MaxBlocks int
 }
 
-// New builds the GPU backend for this rank. It is collective.
+// Backend runs collectives as goccl kernels on one device. Run is meant to
+// be called from one goroutine at a time per communicator (as NCCL's
+// communicators are); Abort may be called from any goroutine.
+type Backend struct {
+	drv    cuda.Driver
+	dev    cuda.Device
+	ctx    cuda.Context
+	rank   int
+	nranks int
+	boot   transport.Bootstrap
+
+	mapper    transport.Mapper
+	workspace *transport.Region
+	slotBytes uint64
+	maxGrid   int
+	forced    collectives.Algorithm
+
+	abortHost unsafe.Pointer // host-pinned u32 the kernels poll
+	abortDev  cuda.DevicePtr
+	module    cuda.Module
+	fns       funcTable
+
+	mu sync.Mutex // guards prm and the launch sequence
+	// prm is its own allocation: cgo checks that memory handed to C holds
+	// no Go pointers, and it checks the whole object a pointer points into.
+	prm    *params
+	closed bool
+
+	aborted atomic.Bool
+	cause   atomic.Pointer[error]
+
+	regMu sync.Mutex
+	regs  map[*registration]struct{}
+}
+
+var _ collectives.Backend = (*Backend)(nil)
+var _ collectives.Registrar = (*Backend)(nil)
+
+// New builds the GPU backend for this rank. It is collective: every rank of
+// the communicator calls it.
 func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Backend, error) {
-	return nil, errors.New("gpu backend: not built yet")
+	drv, err := cuda.Load()
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	image, err := kernels.Image()
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	return newBackend(ctx, drv, b, cfg, image, newMapper)
+}
+
+// mapperFunc builds the transport a communicator uses.
+type mapperFunc func(ctx context.Context, name string, drv cuda.Driver, b transport.Bootstrap, dev cuda.Device, cctx cuda.Context) (transport.Mapper, error)
+
+func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg Config, image []byte, mk mapperFunc) (_ *Backend, err error) {
+	nranks := b.Size()
+	if nranks < 1 || nranks > maxRanks {
+		return nil, fmt.Errorf("gpu backend: %d ranks, the kernels support 1 to %d: %w", nranks, maxRanks, collectives.ErrInvalidArgument)
+	}
+	algo := cfg.Algo
+	if algo == "" {
+		algo = os.Getenv("GOCCL_ALGO")
+	}
+	forced, err := collectives.ParseAlgorithm(algo)
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	maxGrid := cfg.MaxBlocks
+	if maxGrid <= 0 {
+		maxGrid = defaultMaxGrid
+	}
+	if maxGrid > maxBlocks {
+		maxGrid = maxBlocks
+	}
+	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, slotBytes: defaultSlotBytes,
+		maxGrid: maxGrid, forced: forced, prm: new(params), regs: map[*registration]struct{}{}}
+	defer func() {
+		if err != nil {
+			be.release(context.WithoutCancel(ctx))
+		}
+	}()
+
+	if be.dev, err = drv.DeviceGet(cfg.Device); err != nil {
+		return nil, fmt.Errorf("gpu backend: device %d: %w", cfg.Device, err)
+	}
+	ctxRetained, err := drv.PrimaryCtxRetain(be.dev)
+	if err != nil {
+		return nil, fmt.Errorf("gpu backend: retain context of device %d: %w", cfg.Device, err)
+	}
+	be.ctx = ctxRetained
+
+	name, err := chooseTransport(ctx, b, cfg.Transport)
+	if err != nil {
+		return nil, err
+	}
+	if be.mapper, err = mk(ctx, name, drv, b, be.dev, be.ctx); err != nil {
+		return nil, fmt.Errorf("gpu backend: transport %s: %w", name, err)
+	}
+
+	// Workspace: signal slots, then two staging halves of nranks*maxBlocks
+	// slots each, mapped by every peer.
+	staging := 2 * uint64(nranks) * maxBlocks * be.slotBytes
+	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging); err != nil {
+		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging, err)
+	}
+	ws := be.workspace
+	if len(ws.Peers) != nranks {
+		return nil, fmt.Errorf("gpu backend: transport %s mapped %d peers, want %d", name, len(ws.Peers), nranks)
+	}
+	// Signals and epochs start at zero on every rank before any peer can
+	// signal: zero, wait, then a bootstrap barrier.
+	if err = drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ws.Local), 0, signalSize/4, 0); err != nil {
+		return nil, fmt.Errorf("gpu backend: clear signals: %w", err)
+	}
+	if err = drv.CtxSynchronize(be.ctx); err != nil {
+		return nil, fmt.Errorf("gpu backend: clear signals: %w", err)
+	}
+
+	if be.abortHost, err = drv.MemAllocHost(be.ctx, 64); err != nil {
+		return nil, fmt.Errorf("gpu backend: abort flag: %w", err)
+	}
+	atomic.StoreUint32((*uint32)(be.abortHost), 0)
+	if be.abortDev, err = drv.MemHostGetDevicePointer(be.ctx, be.abortHost); err != nil {
+		return nil, fmt.Errorf("gpu backend: abort flag: %w", err)
+	}
+
+	if be.module, err = drv.ModuleLoadData(be.ctx, image); err != nil {
+		return nil, fmt.Errorf("gpu backend: load kernels: %w", err)
+	}
+	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
+		return nil, err
+	}
+
+	peerSig := make([]uintptr, nranks)
+	peerStage := make([]uintptr, nranks)
+	for r := range nranks {
+		peerSig[r] = ws.Peers[r]
+		peerStage[r] = ws.Peers[r] + signalSize
+	}
+	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, be.slotBytes)
+
+	if err = b.Barrier(ctx); err != nil {
+		return nil, fmt.Errorf("gpu backend: init barrier: %w", err)
+	}
+	slog.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
+		"transport", name, "algo", string(forced), "staging", staging)
+	return be, nil
+}
+
+// chooseTransport: GOCCL_TRANSPORT (or cfg) forces; otherwise uva when every
+// rank lives in one process, else vmm. Decided from the allgathered pids so
+// that every rank agrees.
+func chooseTransport(ctx context.Context, b transport.Bootstrap, forced string) (string, error) {
+	if forced == "" {
+		forced = os.Getenv("GOCCL_TRANSPORT")
+	}
+	switch forced {
+	case "uva", "ipc", "vmm":
+		return forced, nil
+	case "":
+	default:
+		return "", fmt.Errorf("gpu backend: GOCCL_TRANSPORT=%q: want uva, ipc or vmm: %w", forced, collectives.ErrInvalidArgument)
+	}
+	pid := uint32(os.Getpid())
+	all, err := b.AllGather(ctx, []byte{byte(pid), byte(pid >> 8), byte(pid >> 16), byte(pid >> 24)})
+	if err != nil {
+		return "", fmt.Errorf("gpu backend: agree on transport: %w", err)
+	}
+	for _, p := range all {
+		if string(p) != string(all[0]) {
+			return "vmm", nil
+		}
+	}
+	return "uva", nil
+}
+
+// Abort makes running kernels bail out of their waits and every later Run
+// fail with an error wrapping cause and collectives.ErrAborted.
+func (be *Backend) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("aborted")
+	}
+	err := fmt.Errorf("%w: %w", collectives.ErrAborted, cause)
+	be.cause.CompareAndSwap(nil, &err)
+	be.aborted.Store(true)
+	if be.abortHost != nil {
+		atomic.StoreUint32((*uint32)(be.abortHost), 1)
+	}
+}
+
+func (be *Backend) abortErr() error {
+	if p := be.cause.Load(); p != nil {
+		return *p
+	}
+	return collectives.ErrAborted
+}
+
+// Close waits for this rank's work, frees the workspace (collectively,
+// through the transport), unloads the kernels and releases the context.
+func (be *Backend) Close() error {
+	be.mu.Lock()
+	if be.closed {
+		be.mu.Unlock()
+		return nil
+	}
+	be.closed = true
+	be.mu.Unlock()
+	return be.release(context.Background())
+}
+
+func (be *Backend) release(ctx context.Context) error {
+	var errs []error
+	if be.ctx != 0 && !be.aborted.Load() {
+		// Peers may still read our staging; our kernels must be done before
+		// the memory goes.
+		if err := be.drv.CtxSynchronize(be.ctx); err != nil {
+			errs = append(errs, fmt.Errorf("gpu backend: synchronize: %w", err))
+		}
+	}
+	be.regMu.Lock()
+	regs := be.regs
+	be.regs = map[*registration]struct{}{}
+	be.regMu.Unlock()
+	for r := range regs {
+		if err := r.free(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if be.workspace != nil {
+		if err := be.mapper.Free(ctx, be.workspace); err != nil {
+			errs = append(errs, fmt.Errorf("gpu backend: free workspace: %w", err))
+		}
+		be.workspace = nil
+	}
+	if be.mapper != nil {
+		if err := be.mapper.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("gpu backend: close transport: %w", err))
+		}
+		be.mapper = nil
+	}
+	if be.module != 0 {
+		if err := be.drv.ModuleUnload(be.ctx, be.module); err != nil {
+			errs = append(errs, fmt.Errorf("gpu backend: unload kernels: %w", err))
+		}
+		be.module = 0
+	}
+	if be.abortHost != nil {
+		if err := be.drv.MemFreeHost(be.ctx, be.abortHost); err != nil {
+			errs = append(errs, fmt.Errorf("gpu backend: free abort flag: %w", err))
+		}
+		be.abortHost = nil
+	}
+	if be.ctx != 0 {
+		if err := be.drv.PrimaryCtxRelease(be.dev); err != nil {
+			errs = append(errs, fmt.Errorf("gpu backend: release context: %w", err))
+		}
+		be.ctx = 0
+	}
+	return errors.Join(errs...)
 }

@@ -151,9 +151,11 @@ type MulticastProp struct {
 type HandleType uint32
 
 const (
-	HandleNone    HandleType = 0
-	HandlePosixFD HandleType = 0x1
-	HandleFabric  HandleType = 0x8
+	HandleNone     HandleType = 0
+	HandlePosixFD  HandleType = 0x1
+	HandleWin32    HandleType = 0x2
+	HandleWin32KMT HandleType = 0x4
+	HandleFabric   HandleType = 0x8
 )
 
 // CaptureMode is CUstreamCaptureMode.
@@ -191,8 +193,21 @@ const (
 	AttrMemoryPoolsSupported       DeviceAttribute = 115
 	AttrHandleTypeFabricSupported  DeviceAttribute = 128
 	AttrMulticastSupported         DeviceAttribute = 132
-	AttrCanUseStreamWaitValueNor   DeviceAttribute = 93 // also means stream mem ops v2 where set
-	AttrCanUse64BitStreamMemOps    DeviceAttribute = 92
+	AttrCanUse64BitStreamMemOps    DeviceAttribute = 122
+	AttrCanUseStreamWaitValueNor   DeviceAttribute = 123
+
+	// Added with the real bindings (values from cuda.h, CUDA 12.x).
+	AttrECCEnabled                    DeviceAttribute = 32
+	AttrMaxThreadsPerMultiprocessor   DeviceAttribute = 39
+	AttrAsyncEngineCount              DeviceAttribute = 40
+	AttrMaxSharedMemPerMultiprocessor DeviceAttribute = 81
+	AttrHostNativeAtomicSupported     DeviceAttribute = 86
+	AttrCooperativeLaunch             DeviceAttribute = 95
+	AttrCanFlushRemoteWrites          DeviceAttribute = 98
+	AttrGPUDirectRDMAWithCudaVMM      DeviceAttribute = 110
+	AttrDMABufSupported               DeviceAttribute = 124
+	AttrNumaConfig                    DeviceAttribute = 130
+	AttrNumaID                        DeviceAttribute = 131
 )
 
 // P2PAttribute is CUdevice_P2PAttribute.
@@ -203,4 +218,7 @@ const (
 	P2PAccessSupported          P2PAttribute = 2
 	P2PNativeAtomicSupported    P2PAttribute = 3
 	P2PCudaArrayAccessSupported P2PAttribute = 4
+	// P2POnlyPartialNativeAtomic is 1 when only some atomics work over the
+	// link (CUDA 12.8+; older drivers answer CUDA_ERROR_INVALID_VALUE).
+	P2POnlyPartialNativeAtomic P2PAttribute = 5
 )

@@ -86,6 +86,11 @@ func (d *DeviceSpace) CopyIn(b Buffer, off int, src []byte) error {
 	if err := d.drv.MemcpyHtoD(d.ctx, cuda.DevicePtr(b.At(off)), unsafe.Pointer(&src[0]), uint64(len(src))); err != nil {
 		return fmt.Errorf("membuf: copy %d bytes to device %d: %w", len(src), d.ord, err)
 	}
+	// From pageable memory cuMemcpyHtoD may return before the DMA lands,
+	// and our stream does not wait for the legacy stream: wait here.
+	if err := d.drv.CtxSynchronize(d.ctx); err != nil {
+		return fmt.Errorf("membuf: sync after copy to device %d: %w", d.ord, err)
+	}
 	return nil
 }
 

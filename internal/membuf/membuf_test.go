@@ -79,6 +79,7 @@ func (f *fakeDriver) StreamSynchronize(cuda.Context, cuda.Stream) error {
 	return nil
 }
 func (f *fakeDriver) StreamQuery(cuda.Context, cuda.Stream) (bool, error) { return true, nil }
+func (f *fakeDriver) CtxSynchronize(cuda.Context) error                   { return nil }
 func (f *fakeDriver) MemAlloc(_ cuda.Context, n uint64) (cuda.DevicePtr, error) {
 	if f.failMem {
 		return 0, errors.New("CUDA_ERROR_OUT_OF_MEMORY")

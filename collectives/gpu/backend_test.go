@@ -1,0 +1,183 @@
+package gpu
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/transporttest"
+)
+
+// newFakeBackends builds one backend per rank of an n-rank in-process group
+// over the fake driver and mapper.
+func newFakeBackends(t *testing.T, n int, cfg Config) ([]*Backend, []*fakeDriver, []*fakeMapper) {
+	t.Helper()
+	g := transporttest.NewGroup(n)
+	bes := make([]*Backend, n)
+	drvs := make([]*fakeDriver, n)
+	maps := make([]*fakeMapper, n)
+	err := g.Run(func(rank int, b transport.Bootstrap) error {
+		drvs[rank] = newFakeDriver()
+		mk := func(_ context.Context, name string, _ cuda.Driver, b transport.Bootstrap, _ cuda.Device, _ cuda.Context) (transport.Mapper, error) {
+			maps[rank] = &fakeMapper{b: b}
+			return maps[rank], nil
+		}
+		c := cfg
+		c.Device = rank
+		be, err := newBackend(context.Background(), drvs[rank], b, c, []byte("fatbin"), mk)
+		bes[rank] = be
+		return err
+	})
+	require.NoError(t, err)
+	return bes, drvs, maps
+}
+
+func u64at(b []byte, off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+func u32at(b []byte, off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+
+func TestRunPacksParamsAndPicksKernel(t *testing.T) {
+	bes, drvs, maps := newFakeBackends(t, 3, Config{})
+	be, drv := bes[1], drvs[1]
+	require.NotNil(t, maps[1])
+
+	cases := []struct {
+		name  string
+		args  collectives.Args
+		want  string
+		grid  uint32
+		count uint64
+	}{
+		{"allreduce small f32 sum", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 5, Type: collectives.Float32, Op: collectives.Sum, Stream: 0x55},
+			"goccl_allreduce_oneshot_f32_sum", 1, 5},
+		{"allreduce large bf16 max at 3 ranks", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x1000, Count: 64 << 20, Type: collectives.BFloat16, Op: collectives.Max},
+			"goccl_allreduce_twoshot_bf16_max", defaultMaxGrid, 64 << 20},
+		{"reduce i8 prod", collectives.Args{Coll: collectives.Reduce, Send: 0x1000, Recv: 0x2000, Count: 100000, Type: collectives.Int8, Op: collectives.Prod, Root: 2},
+			"goccl_reduce_oneshot_i8_prod", 4, 100000},
+		{"reducescatter u64 avg", collectives.Args{Coll: collectives.ReduceScatter, Send: 0x1000, Recv: 0x2000, Count: 7, Type: collectives.Uint64, Op: collectives.Avg},
+			"goccl_reducescatter_oneshot_u64_avg", 1, 7},
+		{"broadcast f16", collectives.Args{Coll: collectives.Broadcast, Send: 0x1000, Recv: 0x2000, Count: 3, Type: collectives.Float16, Root: 1},
+			"goccl_broadcast_oneshot", 1, 3},
+		{"allgather f64", collectives.Args{Coll: collectives.AllGather, Send: 0x1000, Recv: 0x2000, Count: 1 << 20, Type: collectives.Float64},
+			"goccl_allgather_oneshot", defaultMaxGrid, 1 << 20},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			drv.launches = nil
+			require.NoError(t, be.Run(context.Background(), &tc.args))
+			require.Len(t, drv.launches, 1)
+			l := drv.launches[0]
+			assert.Equal(t, tc.want, l.name)
+			assert.Equal(t, cuda.Dim3{X: tc.grid, Y: 1, Z: 1}, l.cfg.Grid)
+			assert.Equal(t, cuda.Dim3{X: 512, Y: 1, Z: 1}, l.cfg.Block)
+			assert.Equal(t, cuda.Stream(tc.args.Stream), l.cfg.Stream)
+			p := l.params
+			require.Len(t, p, 264)
+			assert.Equal(t, uint64(tc.args.Send), u64at(p, 0))
+			assert.Equal(t, uint64(tc.args.Recv), u64at(p, 8))
+			assert.Equal(t, tc.count, u64at(p, 16))
+			assert.Equal(t, uint64(0xabc000), u64at(p, 24), "abort flag")
+			// The fake mapper puts rank r's workspace at base + r<<32.
+			base := u64at(p, 40)
+			assert.Equal(t, base+1<<32, u64at(p, 32), "own signals are rank 1's")
+			for r := 0; r < 3; r++ {
+				assert.Equal(t, base+uint64(r)<<32, u64at(p, 40+8*r), "peer signals %d", r)
+				assert.Equal(t, base+uint64(r)<<32+signalSize, u64at(p, 104+8*r), "peer staging %d", r)
+			}
+			for r := 3; r < 8; r++ {
+				assert.Zero(t, u64at(p, 40+8*r))
+				assert.Zero(t, u64at(p, 104+8*r))
+			}
+			assert.Equal(t, uint64(128<<10), u64at(p, 232), "slot bytes")
+			assert.Equal(t, uint32(1), u32at(p, 240), "rank")
+			assert.Equal(t, uint32(3), u32at(p, 244), "nranks")
+			assert.Equal(t, uint32(tc.args.Root), u32at(p, 248), "root")
+			assert.Equal(t, uint32(tc.args.Type.Size()), u32at(p, 256), "elem size")
+		})
+	}
+}
+
+func TestEveryKernelLookedUpOnce(t *testing.T) {
+	_, drvs, _ := newFakeBackends(t, 1, Config{})
+	// 4 reducing families x 10 types x 5 ops + 2 copy kernels.
+	assert.Len(t, drvs[0].names, 4*10*5+2)
+	seen := map[string]bool{}
+	for _, n := range drvs[0].names {
+		assert.False(t, seen[n], "looked up twice: %s", n)
+		seen[n] = true
+	}
+	for _, n := range []string{"goccl_allreduce_oneshot_i8_sum", "goccl_allreduce_twoshot_f64_avg",
+		"goccl_reduce_oneshot_bf16_min", "goccl_reducescatter_oneshot_u32_max",
+		"goccl_broadcast_oneshot", "goccl_allgather_oneshot"} {
+		assert.True(t, seen[n], n)
+	}
+}
+
+func TestCountZeroLaunchesNothing(t *testing.T) {
+	bes, drvs, _ := newFakeBackends(t, 2, Config{})
+	for _, c := range collectives.AllCollectives() {
+		require.NoError(t, bes[0].Run(context.Background(), &collectives.Args{Coll: c, Type: collectives.Float32}))
+	}
+	assert.Empty(t, drvs[0].launches)
+}
+
+func TestForcedAlgorithm(t *testing.T) {
+	bes, drvs, _ := newFakeBackends(t, 2, Config{Algo: "twoshot"})
+	require.NoError(t, bes[0].Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 1, Type: collectives.Int32, Op: collectives.Min}))
+	require.Len(t, drvs[0].launches, 1)
+	assert.Equal(t, "goccl_allreduce_twoshot_i32_min", drvs[0].launches[0].name)
+
+	g := transporttest.NewGroup(1)
+	err := g.Run(func(rank int, b transport.Bootstrap) error {
+		_, err := newBackend(context.Background(), newFakeDriver(), b, Config{Algo: "ring"}, nil, nil)
+		return err
+	})
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+}
+
+func TestAbortFailsRunAndSetsFlag(t *testing.T) {
+	bes, drvs, _ := newFakeBackends(t, 2, Config{})
+	cause := errors.New("rank 1 died")
+	bes[0].Abort(cause)
+	flag := atomic.LoadUint32(&drvs[0].hostMem[0][0])
+	assert.Equal(t, uint32(1), flag, "kernels see the abort flag")
+	err := bes[0].Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 4, Type: collectives.Float32})
+	require.ErrorIs(t, err, collectives.ErrAborted)
+	require.ErrorIs(t, err, cause)
+	assert.Empty(t, drvs[0].launches)
+	// The other rank is untouched.
+	assert.Equal(t, uint32(0), atomic.LoadUint32(&drvs[1].hostMem[0][0]))
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	bes, drvs, maps := newFakeBackends(t, 2, Config{})
+	for r, be := range bes {
+		_, _, err := be.Alloc(context.Background(), 4096)
+		require.NoError(t, err)
+		require.NoError(t, be.Close())
+		assert.Len(t, maps[r].freed, 2, "workspace and registration")
+		assert.Equal(t, 1, drvs[r].unloaded)
+		assert.Equal(t, 1, drvs[r].freed)
+		assert.Equal(t, 1, drvs[r].released)
+		require.NoError(t, be.Close(), "second close is a no-op")
+		assert.Equal(t, 1, drvs[r].released)
+		err = be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 4, Type: collectives.Float32})
+		assert.ErrorIs(t, err, collectives.ErrClosed)
+	}
+}
+
+func TestTooManyRanks(t *testing.T) {
+	g := transporttest.NewGroup(9)
+	err := g.Run(func(rank int, b transport.Bootstrap) error {
+		_, err := newBackend(context.Background(), newFakeDriver(), b, Config{}, nil, nil)
+		return err
+	})
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+}

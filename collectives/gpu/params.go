@@ -1,0 +1,73 @@
+package gpu
+
+import "encoding/binary"
+
+// Workspace and launch constants shared with kernels/common.cuh.
+const (
+	maxRanks   = 8   // kMaxRanks
+	maxBlocks  = 128 // kMaxBlocks: staging slots per (half, source)
+	threads    = 512 // kThreads
+	epochOff   = maxBlocks * maxRanks * 4
+	signalSize = 64 << 10 // signal slots and epochs, padded
+	// defaultSlotBytes is the staging per (half, source rank, block): the
+	// largest chunk one block moves per barrier.
+	defaultSlotBytes = 128 << 10
+	// defaultMaxGrid is the most blocks one launch uses.
+	defaultMaxGrid = 64
+	// gridBytesPerBlock: a new block per this many bytes per rank, so small
+	// messages use few blocks and large ones spread over the grid.
+	gridBytesPerBlock = 32 << 10
+)
+
+// Offsets of struct goccl::Params (kernels/common.cuh).
+const (
+	offSend        = 0
+	offRecv        = 8
+	offCount       = 16
+	offAbort       = 24
+	offSignals     = 32
+	offPeerSignals = 40
+	offPeerStaging = offPeerSignals + 8*maxRanks // 104
+	offPeerBuf     = offPeerStaging + 8*maxRanks // 168
+	offSlotBytes   = offPeerBuf + 8*maxRanks     // 232
+	offRank        = 240
+	offNRanks      = 244
+	offRoot        = 248
+	offFlags       = 252
+	offElemSize    = 256
+	paramSize      = 264
+)
+
+// Kernel flags (kFlag* in common.cuh).
+const flagZeroCopy = 1
+
+// params is one packed goccl::Params. The communicator-constant part is
+// written once at init; each launch rewrites only the per-call fields.
+type params [paramSize]byte
+
+func (p *params) u64(off int, v uint64) { binary.LittleEndian.PutUint64(p[off:], v) }
+func (p *params) u32(off int, v uint32) { binary.LittleEndian.PutUint32(p[off:], v) }
+
+// setStatic writes the fields that do not change between launches.
+func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSignals, peerStaging []uintptr, slotBytes uint64) {
+	*p = params{}
+	p.u64(offAbort, uint64(abortFlag))
+	p.u64(offSignals, uint64(signals))
+	for r := 0; r < nranks; r++ {
+		p.u64(offPeerSignals+8*r, uint64(peerSignals[r]))
+		p.u64(offPeerStaging+8*r, uint64(peerStaging[r]))
+	}
+	p.u64(offSlotBytes, slotBytes)
+	p.u32(offRank, uint32(rank))
+	p.u32(offNRanks, uint32(nranks))
+}
+
+// setCall writes one call's fields.
+func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize int) {
+	p.u64(offSend, uint64(send))
+	p.u64(offRecv, uint64(recv))
+	p.u64(offCount, count)
+	p.u32(offRoot, uint32(root))
+	p.u32(offFlags, 0)
+	p.u32(offElemSize, uint32(elemSize))
+}

@@ -1,0 +1,51 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// Run enqueues one validated collective on a.Stream and returns without
+// synchronizing. A zero count launches nothing.
+func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
+	if be.aborted.Load() {
+		return be.abortErr()
+	}
+	if a.Count == 0 {
+		return nil
+	}
+	if !a.Coll.Valid() || !a.Type.Valid() || (a.Coll.Reduces() && !a.Op.Valid()) {
+		return fmt.Errorf("gpu backend: %s %s %s: %w", a.Coll, a.Type, a.Op, collectives.ErrInvalidArgument)
+	}
+	size := a.Type.Size()
+	bytes := int64(a.Count) * int64(size)
+	algo := collectives.ChooseAlgorithm(a.Coll, bytes, be.nranks, be.forced)
+	f := familyOf(a.Coll, algo)
+
+	perBlock := bytes
+	if f == famAllReduceTwoShot {
+		perBlock = (bytes + int64(be.nranks) - 1) / int64(be.nranks)
+	}
+	grid := int((perBlock + gridBytesPerBlock - 1) / gridBytesPerBlock)
+	grid = max(1, min(grid, be.maxGrid))
+
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return collectives.ErrClosed
+	}
+	fn := be.fns.get(f, a.Type, a.Op)
+	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size)
+	cfg := cuda.LaunchConfig{
+		Grid:   cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
+		Block:  cuda.Dim3{X: threads, Y: 1, Z: 1},
+		Stream: cuda.Stream(a.Stream),
+	}
+	if err := be.drv.LaunchKernel(be.ctx, fn, cfg, be.prm[:]); err != nil {
+		return fmt.Errorf("gpu backend: launch %s: %w", a.Coll, err)
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// kernel families in the fatbin. Reducing families have one kernel per
+// (type, op); copy families one kernel for every type.
+type family int
+
+const (
+	famAllReduceOneShot family = iota
+	famAllReduceTwoShot
+	famReduce
+	famReduceScatter
+	famBroadcast
+	famAllGather
+	numFamilies
+)
+
+var familyStems = [numFamilies]string{
+	"allreduce_oneshot", "allreduce_twoshot", "reduce_oneshot",
+	"reducescatter_oneshot", "broadcast_oneshot", "allgather_oneshot",
+}
+
+func (f family) reduces() bool { return f <= famReduceScatter }
+
+// Kernel spellings of collectives.DataType and collectives.Op, by enum value.
+var (
+	typeNames = [...]string{
+		collectives.Int8: "i8", collectives.Uint8: "u8", collectives.Int32: "i32",
+		collectives.Uint32: "u32", collectives.Int64: "i64", collectives.Uint64: "u64",
+		collectives.Float16: "f16", collectives.Float32: "f32", collectives.Float64: "f64",
+		collectives.BFloat16: "bf16",
+	}
+	opNames = [...]string{
+		collectives.Sum: "sum", collectives.Prod: "prod", collectives.Max: "max",
+		collectives.Min: "min", collectives.Avg: "avg",
+	}
+)
+
+const (
+	numTypes = len(typeNames)
+	numOps   = len(opNames)
+)
+
+// KernelName is the exported symbol of a reducing family's kernel, e.g.
+// goccl_allreduce_oneshot_f32_sum; copy families ignore t and op.
+func kernelName(f family, t collectives.DataType, op collectives.Op) string {
+	if !f.reduces() {
+		return "goccl_" + familyStems[f]
+	}
+	return "goccl_" + familyStems[f] + "_" + typeNames[t] + "_" + opNames[op]
+}
+
+// familyOf maps a collective and algorithm to the kernel family.
+func familyOf(c collectives.Collective, algo collectives.Algorithm) family {
+	switch c {
+	case collectives.AllReduce:
+		if algo == collectives.TwoShot {
+			return famAllReduceTwoShot
+		}
+		return famAllReduceOneShot
+	case collectives.Reduce:
+		return famReduce
+	case collectives.ReduceScatter:
+		return famReduceScatter
+	case collectives.Broadcast:
+		return famBroadcast
+	default:
+		return famAllGather
+	}
+}
+
+// funcTable holds every kernel, looked up once at init; the hot path
+// indexes it.
+type funcTable [numFamilies][numTypes][numOps]cuda.Function
+
+func (t *funcTable) get(f family, dt collectives.DataType, op collectives.Op) cuda.Function {
+	if !f.reduces() {
+		return t[f][0][0]
+	}
+	return t[f][dt][op]
+}
+
+// load resolves every kernel from mod.
+func (t *funcTable) load(drv cuda.Driver, ctx cuda.Context, mod cuda.Module) error {
+	for f := family(0); f < numFamilies; f++ {
+		nt, no := numTypes, numOps
+		if !f.reduces() {
+			nt, no = 1, 1
+		}
+		for dt := 0; dt < nt; dt++ {
+			for op := 0; op < no; op++ {
+				name := kernelName(f, collectives.DataType(dt), collectives.Op(op))
+				fn, err := drv.ModuleGetFunction(ctx, mod, name)
+				if err != nil {
+					return fmt.Errorf("gpu: kernel %s: %w", name, err)
+				}
+				t[f][dt][op] = fn
+			}
+		}
+	}
+	return nil
+}

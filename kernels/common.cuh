@@ -1,0 +1,411 @@
+// common.cuh: types, the launch parameter block, memory access primitives,
+// reduction operators and the inter-GPU barrier shared by every goccl
+// kernel. It needs no CUDA header: nvcc provides the builtins, and
+// clang_prelude.h provides them for clang syntax checks.
+#pragma once
+
+namespace goccl {
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef signed char i8;
+typedef int i32;
+typedef long long i64;
+
+// Raw 16-bit floating-point types; arithmetic happens in float32.
+struct f16 { u16 bits; };
+struct bf16 { u16 bits; };
+
+// Limits of the workspace layout; the Go side (collectives/gpu) uses the
+// same numbers.
+constexpr int kMaxRanks = 8;
+constexpr int kMaxBlocks = 128;
+constexpr int kThreads = 512;
+// Signal area: incoming slots [kMaxBlocks][kMaxRanks] u32, then the
+// per-block epoch counters [kMaxBlocks] u32.
+constexpr u64 kEpochOffset = (u64)kMaxBlocks * kMaxRanks * 4;
+
+// Params is the single kernel parameter, passed by value. Keep it in sync
+// with collectives/gpu/params.go (offsets are checked by its tests).
+struct Params {
+  u64 send;              //   0: this rank's input
+  u64 recv;              //   8: this rank's output
+  u64 count;             //  16: elements (see each collective)
+  u64 abortFlag;         //  24: u32 in host-pinned mapped memory
+  u64 signals;           //  32: this rank's signal area
+  u64 peerSignals[kMaxRanks];  //  40: every rank's signal area, by rank
+  u64 peerStaging[kMaxRanks];  // 104: every rank's staging, by rank
+  u64 peerBuf[kMaxRanks];      // 168: registered inputs (zero-copy), by rank
+  u64 slotBytes;         // 232: staging bytes per (half, source, block)
+  i32 rank;              // 240
+  i32 nranks;            // 244
+  i32 root;              // 248
+  u32 flags;             // 252
+  u32 elemSize;          // 256: bytes per element for the copy kernels
+  u32 pad;               // 260
+};                       // 264 bytes
+
+constexpr u32 kFlagZeroCopy = 1;  // peerBuf holds every rank's send buffer
+
+// ---- memory access -------------------------------------------------------
+
+struct alignas(16) V16 { u32 x, y, z, w; };
+
+// Loads of data written by peers go through L2 (.cg): a block reads the same
+// staging slot every other round, and L1 would return stale data.
+__device__ __forceinline__ V16 ld16(const void* p) {
+  V16 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st16(void* p, V16 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ u64 ld8(const void* p) {
+  u64 v;
+  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st8(void* p, u64 v) {
+  asm volatile("st.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld4(const void* p) {
+  u32 v;
+  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st4(void* p, u32 v) {
+  asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ u16 ld2(const void* p) {
+  u16 v;
+  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st2(void* p, u16 v) {
+  asm volatile("st.global.u16 [%0], %1;" :: "l"(p), "h"(v) : "memory");
+}
+__device__ __forceinline__ u8 ld1(const void* p) {
+  u32 v;
+  asm volatile("ld.global.cg.u8 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return (u8)v;
+}
+__device__ __forceinline__ void st1(void* p, u8 v) {
+  asm volatile("st.global.u8 [%0], %1;" :: "l"(p), "r"((u32)v) : "memory");
+}
+
+__device__ __forceinline__ void bar_sync() { asm volatile("bar.sync 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
+__device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u32 ld_volatile_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// ---- element types ---------------------------------------------------------
+
+template <int N> struct RawOf;
+template <> struct RawOf<1> { typedef u8 T; };
+template <> struct RawOf<2> { typedef u16 T; };
+template <> struct RawOf<4> { typedef u32 T; };
+template <> struct RawOf<8> { typedef u64 T; };
+
+__device__ __forceinline__ u8 ldraw(const u8* p) { return ld1(p); }
+__device__ __forceinline__ u16 ldraw(const u16* p) { return ld2(p); }
+__device__ __forceinline__ u32 ldraw(const u32* p) { return ld4(p); }
+__device__ __forceinline__ u64 ldraw(const u64* p) { return ld8(p); }
+__device__ __forceinline__ void straw(u8* p, u8 v) { st1(p, v); }
+__device__ __forceinline__ void straw(u16* p, u16 v) { st2(p, v); }
+__device__ __forceinline__ void straw(u32* p, u32 v) { st4(p, v); }
+__device__ __forceinline__ void straw(u64* p, u64 v) { st8(p, v); }
+
+template <typename To, typename From>
+__device__ __forceinline__ To bitcast(From f) {
+  static_assert(sizeof(To) == sizeof(From), "bitcast size");
+  union { From f; To t; } u;
+  u.f = f;
+  return u.t;
+}
+
+// Elem<T>: Acc is the accumulation type; Raw the same-size unsigned type.
+template <typename T> struct Elem {
+  typedef T Acc;
+  typedef typename RawOf<sizeof(T)>::T Raw;
+  static constexpr bool kInt = true;
+  __device__ __forceinline__ static Acc load(Raw r) { return bitcast<T>(r); }
+  __device__ __forceinline__ static Raw store(Acc a) { return bitcast<Raw>(a); }
+};
+template <> struct Elem<float> {
+  typedef float Acc;
+  typedef u32 Raw;
+  static constexpr bool kInt = false;
+  __device__ __forceinline__ static Acc load(Raw r) { return bitcast<float>(r); }
+  __device__ __forceinline__ static Raw store(Acc a) { return bitcast<Raw>(a); }
+};
+template <> struct Elem<double> {
+  typedef double Acc;
+  typedef u64 Raw;
+  static constexpr bool kInt = false;
+  __device__ __forceinline__ static Acc load(Raw r) { return bitcast<double>(r); }
+  __device__ __forceinline__ static Raw store(Acc a) { return bitcast<Raw>(a); }
+};
+template <> struct Elem<f16> {
+  typedef float Acc;
+  typedef u16 Raw;
+  static constexpr bool kInt = false;
+  __device__ __forceinline__ static Acc load(Raw r) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(r));
+    return f;
+  }
+  __device__ __forceinline__ static Raw store(Acc a) {
+    u16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(a));
+    return r;
+  }
+};
+template <> struct Elem<bf16> {
+  typedef float Acc;
+  typedef u16 Raw;
+  static constexpr bool kInt = false;
+  __device__ __forceinline__ static Acc load(Raw r) { return bitcast<float>((u32)r << 16); }
+  __device__ __forceinline__ static Raw store(Acc a) {
+    u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(a));
+    return r;
+  }
+};
+
+// ---- reduction operators -----------------------------------------------------
+
+// Integer sums and products wrap (computed in the unsigned type, as NCCL's
+// results do), floats follow IEEE.
+template <typename A> struct Unsigned { typedef A T; };
+template <> struct Unsigned<i8> { typedef u8 T; };
+template <> struct Unsigned<i32> { typedef u32 T; };
+template <> struct Unsigned<i64> { typedef u64 T; };
+
+struct OpSum {
+  template <typename A> __device__ __forceinline__ static A apply(A a, A b) {
+    typedef typename Unsigned<A>::T U;
+    return (A)(U)((U)a + (U)b);
+  }
+  template <typename A> __device__ __forceinline__ static A finish(A a, int) { return a; }
+};
+struct OpProd {
+  template <typename A> __device__ __forceinline__ static A apply(A a, A b) {
+    typedef typename Unsigned<A>::T U;
+    return (A)(U)((U)a * (U)b);
+  }
+  template <typename A> __device__ __forceinline__ static A finish(A a, int) { return a; }
+};
+struct OpMin {
+  template <typename A> __device__ __forceinline__ static A apply(A a, A b) { return b < a ? b : a; }
+  template <typename A> __device__ __forceinline__ static A finish(A a, int) { return a; }
+};
+struct OpMax {
+  template <typename A> __device__ __forceinline__ static A apply(A a, A b) { return a < b ? b : a; }
+  template <typename A> __device__ __forceinline__ static A finish(A a, int) { return a; }
+};
+// Avg: wrapping sum, then one division by nranks (integers truncate).
+struct OpAvg {
+  template <typename A> __device__ __forceinline__ static A apply(A a, A b) { return OpSum::apply(a, b); }
+  template <typename A> __device__ __forceinline__ static A finish(A a, int n) { return (A)(a / (A)n); }
+};
+
+// ---- block-cooperative copy and reduce ---------------------------------------
+
+// copy_multi copies n bytes from src to each of dst[0..ndst), with 16-byte
+// accesses where every pointer allows and narrower ones otherwise.
+__device__ __forceinline__ void copy_multi(char* const* dst, int ndst, const char* src, u64 n) {
+  const u64 tid = threadIdx.x, nt = blockDim.x;
+  u64 bits = (u64)src;
+  for (int d = 0; d < ndst; d++) bits |= (u64)dst[d];
+  u64 done = 0;
+  if ((bits & 15) == 0) {
+    const u64 nv = n >> 4;
+    u64 i = tid;
+    for (; i + 3 * nt < nv; i += 4 * nt) {
+      V16 a = ld16(src + 16 * i), b = ld16(src + 16 * (i + nt));
+      V16 c = ld16(src + 16 * (i + 2 * nt)), e = ld16(src + 16 * (i + 3 * nt));
+      for (int d = 0; d < ndst; d++) {
+        st16(dst[d] + 16 * i, a);
+        st16(dst[d] + 16 * (i + nt), b);
+        st16(dst[d] + 16 * (i + 2 * nt), c);
+        st16(dst[d] + 16 * (i + 3 * nt), e);
+      }
+    }
+    for (; i < nv; i += nt) {
+      V16 a = ld16(src + 16 * i);
+      for (int d = 0; d < ndst; d++) st16(dst[d] + 16 * i, a);
+    }
+    done = nv << 4;
+  } else if ((bits & 7) == 0) {
+    const u64 nw = n >> 3;
+    for (u64 i = tid; i < nw; i += nt) {
+      u64 a = ld8(src + 8 * i);
+      for (int d = 0; d < ndst; d++) st8(dst[d] + 8 * i, a);
+    }
+    done = nw << 3;
+  } else if ((bits & 3) == 0) {
+    const u64 nw = n >> 2;
+    for (u64 i = tid; i < nw; i += nt) {
+      u32 a = ld4(src + 4 * i);
+      for (int d = 0; d < ndst; d++) st4(dst[d] + 4 * i, a);
+    }
+    done = nw << 2;
+  } else if ((bits & 1) == 0) {
+    const u64 nw = n >> 1;
+    for (u64 i = tid; i < nw; i += nt) {
+      u16 a = ld2(src + 2 * i);
+      for (int d = 0; d < ndst; d++) st2(dst[d] + 2 * i, a);
+    }
+    done = nw << 1;
+  }
+  for (u64 i = done + tid; i < n; i += nt) {
+    u8 a = ld1(src + i);
+    for (int d = 0; d < ndst; d++) st1(dst[d] + i, a);
+  }
+}
+
+__device__ __forceinline__ void copy1(char* dst, const char* src, u64 n) {
+  char* d[1] = {dst};
+  copy_multi(d, 1, src, n);
+}
+
+// reduce_multi: out[k][i] = finish(in[0][i] op in[1][i] op ... op in[nin-1][i])
+// for each k < nout. Inputs are given in rank order so that every rank
+// computes bitwise identical results.
+template <typename T, typename Op>
+__device__ __forceinline__ void reduce_multi(char* const* out, int nout, const char* const* in, int nin,
+                                             u64 n, int nranks) {
+  typedef Elem<T> E;
+  typedef typename E::Acc A;
+  typedef typename E::Raw R;
+  constexpr int V = 16 / sizeof(T);
+  const u64 tid = threadIdx.x, nt = blockDim.x;
+  u64 bits = 0;
+  for (int k = 0; k < nin; k++) bits |= (u64)in[k];
+  for (int k = 0; k < nout; k++) bits |= (u64)out[k];
+  u64 done = 0;
+  if ((bits & 15) == 0) {
+    const u64 nv = n / V;
+    for (u64 i = tid; i < nv; i += nt) {
+      V16 v[kMaxRanks];
+#pragma unroll
+      for (int k = 0; k < kMaxRanks; k++)
+        if (k < nin) v[k] = ld16(in[k] + 16 * i);
+      union U { V16 v; R r[V]; };
+      U acc0;
+      acc0.v = v[0];
+      A acc[V];
+#pragma unroll
+      for (int j = 0; j < V; j++) acc[j] = E::load(acc0.r[j]);
+#pragma unroll
+      for (int k = 1; k < kMaxRanks; k++) {
+        if (k < nin) {
+          U x;
+          x.v = v[k];
+#pragma unroll
+          for (int j = 0; j < V; j++) acc[j] = Op::apply(acc[j], E::load(x.r[j]));
+        }
+      }
+      U res;
+#pragma unroll
+      for (int j = 0; j < V; j++) res.r[j] = E::store(Op::finish(acc[j], nranks));
+      for (int k = 0; k < nout; k++) st16(out[k] + 16 * i, res.v);
+    }
+    done = nv * V;
+  }
+  for (u64 i = done + tid; i < n; i += nt) {
+    A acc = E::load(ldraw((const R*)in[0] + i));
+    for (int k = 1; k < nin; k++) acc = Op::apply(acc, E::load(ldraw((const R*)in[k] + i)));
+    R r = E::store(Op::finish(acc, nranks));
+    for (int k = 0; k < nout; k++) straw((R*)out[k] + i, r);
+  }
+}
+
+// ---- synchronization -----------------------------------------------------------
+
+// Ctx is a block's view of the communicator during one launch. The epoch is
+// per block, lives in device memory and is advanced by the kernel itself, so
+// launches need no host bookkeeping and replay correctly from CUDA graphs.
+struct Ctx {
+  const Params& p;
+  u32 epoch;
+  __device__ Ctx(const Params& prm) : p(prm) {
+    epoch = *(volatile const u32*)(p.signals + kEpochOffset + 4 * blockIdx.x);
+  }
+  // Staging half written before the next barrier: alternating halves means a
+  // writer reuses a half only after every reader has arrived at the barrier
+  // that follows its reads.
+  __device__ __forceinline__ int next_half() const { return (epoch + 1) & 1; }
+  // stage returns rank r's staging slot for (half, source rank src) of this block.
+  __device__ __forceinline__ char* stage(int r, int half, int src) const {
+    const u64 halfBytes = (u64)p.nranks * kMaxBlocks * p.slotBytes;
+    return (char*)p.peerStaging[r] + (u64)half * halfBytes + ((u64)src * kMaxBlocks + blockIdx.x) * p.slotBytes;
+  }
+  // barrier: every rank's same block has arrived. Returns false when the
+  // communicator was aborted while waiting.
+  __device__ bool barrier() {
+    __shared__ int s_abort;
+    if (threadIdx.x == 0) s_abort = 0;
+    bar_sync();
+    epoch++;
+    const int t = threadIdx.x;
+    if (t < p.nranks && t != p.rank) {
+      fence_sys();
+      st_release_sys((u32*)p.peerSignals[t] + blockIdx.x * kMaxRanks + p.rank, epoch);
+      const u32* mine = (const u32*)p.signals + blockIdx.x * kMaxRanks + t;
+      const u32* abortp = (const u32*)p.abortFlag;
+      u32 spins = 0;
+      while ((i32)(ld_acquire_sys(mine) - epoch) < 0) {
+        if ((++spins & 1023) == 0 && ld_volatile_sys(abortp) != 0) {
+          s_abort = 1;
+          break;
+        }
+      }
+    }
+    bar_sync();
+    return s_abort == 0;
+  }
+  // finish stores the epoch for the next launch on this stream.
+  __device__ void finish() {
+    if (threadIdx.x == 0) *(volatile u32*)(p.signals + kEpochOffset + 4 * blockIdx.x) = epoch;
+  }
+};
+
+__device__ __forceinline__ u64 min64(u64 a, u64 b) { return a < b ? a : b; }
+__device__ __forceinline__ u64 ceil_div(u64 a, u64 b) { return (a + b - 1) / b; }
+__device__ __forceinline__ u64 round_up(u64 a, u64 b) { return ceil_div(a, b) * b; }
+
+// chunk_elems is the per-block, per-round element count: the slot capacity,
+// or less so that small messages spread over every block of the grid.
+__device__ __forceinline__ u64 chunk_elems(u64 total, u64 slotBytes, u64 elem) {
+  const u64 cap = slotBytes / elem;
+  const u64 align = 16 / elem;
+  u64 c = round_up(ceil_div(total, gridDim.x), align ? align : 1);
+  return c < cap ? c : cap;
+}
+
+}  // namespace goccl
+
+// Instantiation lists: (name, C type) and (name, op functor).
+#define GOCCL_TYPES(X, ...)                                                     \
+  X(__VA_ARGS__, i8, goccl::i8) X(__VA_ARGS__, u8, goccl::u8)                   \
+  X(__VA_ARGS__, i32, goccl::i32) X(__VA_ARGS__, u32, goccl::u32)               \
+  X(__VA_ARGS__, i64, goccl::i64) X(__VA_ARGS__, u64, goccl::u64)               \
+  X(__VA_ARGS__, f16, goccl::f16) X(__VA_ARGS__, bf16, goccl::bf16)             \
+  X(__VA_ARGS__, f32, float) X(__VA_ARGS__, f64, double)

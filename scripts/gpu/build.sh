@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# build.sh (runs HERE, where Go is): builds every binary the GPU suite runs
+# into .gpu/ (git-ignored), to be carried to the GPU machine:
+#   scripts/gpu/build.sh   then the device call carries [".gpu"] and runs
+#   bash scripts/gpu/suite.sh [--kernels]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .gpu
+go build -ldflags="-s -w" -o .gpu/goccl ./cmd/goccl
+go build -ldflags="-s -w" -o .gpu/conformance ./tests/conformance
+go build -ldflags="-s -w" -o .gpu/gradavg ./examples/gradavg
+go test -c -ldflags="-s -w" -o .gpu/cuda.test ./internal/cuda
+go test -c -ldflags="-s -w" -o .gpu/gpu.test ./collectives/gpu
+for p in uva ipc vmm; do
+  go test -c -ldflags="-s -w" -o .gpu/$p.test ./transport/$p
+done
+ls -la .gpu

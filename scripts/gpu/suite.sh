@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# suite.sh: goccl's GPU suite, run from the repo root on the 2-GPU machine
+# (nvidia-h200-x2) with binaries built by scripts/gpu/build.sh. It needs no
+# Go there. With --kernels it first compiles kernels/*.cu (make kernels) and
+# points GOCCL_FATBIN at the result, so one call compiles and tests.
+# It prints a summary table last and exits non-zero on any failure.
+set -u
+# NVLink multicast stays off on these shared machines (DESIGN §8).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset GOCCL_NVLS_ENABLE
+B=${GOCCL_GPU_BIN:-.gpu}
+LOGS=${OUT:-/tmp}/gpu-suite
+mkdir -p "$LOGS"
+KERNELS=0
+LARGE=${GOCCL_SUITE_LARGE:-64Mi,1Gi}
+for a in "$@"; do
+  case $a in
+    --kernels) KERNELS=1 ;;
+    --no-large) LARGE= ;;
+    *) echo "usage: suite.sh [--kernels] [--no-large]" >&2; exit 2 ;;
+  esac
+done
+
+rows=()
+bad=0
+SECONDS=0
+# record NAME RC LOG: pulls "cases, failed" from the log.
+record() {
+  local name=$1 rc=$2 log=$3 cases failed
+  if grep -q 'conformance: all' "$log"; then
+    cases=$(grep 'conformance: all' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) cases, ([0-9]+) failed.*/\1/')
+    failed=$(grep 'conformance: all' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) cases, ([0-9]+) failed.*/\2/')
+  elif grep -q 'conformance: rank' "$log"; then
+    cases=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*: ([0-9]+) cases.*/\1/' | awk '{s+=$1} END {print s+0}')
+    failed=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*cases, ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+  else
+    cases=$(grep -cE '^\s*--- (PASS|FAIL)' "$log")
+    failed=$(grep -cE '^\s*--- FAIL' "$log")
+  fi
+  cases=${cases:-0}; failed=${failed:-0}
+  if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then failed="rc=$rc"; fi
+  [ "$rc" != 0 ] && bad=1
+  rows+=("$(printf '%-34s %8s %8s %5s %6ss' "$name" "$cases" "$failed" "$rc" "$4")")
+}
+# step NAME TIMEOUT CMD...: runs CMD with its output in a log.
+step() {
+  local name=$1 limit=$2 log="$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9_.-' _).log" t0=$SECONDS rc
+  shift 2
+  echo "=== $name: $*"
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  tail -4 "$log"
+  grep -E 'FAIL|error|mismatch' "$log" | head -8
+  record "$name" $rc "$log" $((SECONDS - t0))
+}
+
+if [ $KERNELS = 1 ]; then
+  export PATH=$PATH:/usr/local/cuda/bin
+  step "make kernels" 300 make kernels
+  export GOCCL_FATBIN=$PWD/kernels/goccl.fatbin
+fi
+nvidia-smi -L
+
+CONF=("$B/conformance" --backend gpu --graph 100 --stress 1000)
+step "driver tests (internal/cuda)" 120 "$B/cuda.test" -test.run GPU -test.v
+step "kernels in-process (gpu.test)" 180 "$B/gpu.test" -test.run GPU -test.v
+for p in uva ipc vmm; do
+  [ -x "$B/$p.test" ] && step "transport $p tests" 120 "$B/$p.test" -test.v
+done
+step "2 procs, goccl run, ipc" 150 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "${CONF[@]}"
+step "2 procs, goccl run, vmm, large" 300 env GOCCL_TRANSPORT=vmm "$B/goccl" run -np 2 "${CONF[@]}" ${LARGE:+--large $LARGE}
+step "2 GPUs in 1 proc (uva)" 150 "${CONF[@]}" --inprocess 2
+if command -v mpirun >/dev/null; then
+  step "2 procs, Open MPI mpirun" 150 mpirun --allow-run-as-root -np 2 "${CONF[@]}"
+else
+  rows+=("$(printf '%-34s %8s %8s %5s %7s' "2 procs, Open MPI mpirun" - "no mpirun" 1 -)"); bad=1
+fi
+step "1 rank, 1 GPU" 120 "$B/goccl" run -np 1 "${CONF[@]}"
+step "example gradavg, 2 ranks" 60 "$B/goccl" run -np 2 "$B/gradavg"
+
+echo
+echo "GPU suite summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"
+printf '%-34s %8s %8s %5s %7s\n' step cases failed rc time
+for r in "${rows[@]}"; do echo "$r"; done
+if [ $bad = 0 ]; then echo "GPU suite: PASS"; else echo "GPU suite: FAIL"; fi
+exit $bad
