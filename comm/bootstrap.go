@@ -36,6 +36,7 @@ type tcpBootstrap struct {
 	seq  uint32
 
 	failMu    sync.Mutex
+	failing   bool          // a first failure is being recorded (failThen)
 	failErr   error         // the first failure
 	failed    chan struct{} // closed on the first failure
 	onFailure func(error)
@@ -196,6 +197,15 @@ func (b *tcpBootstrap) receive(ctx context.Context, p *peer) ([]byte, error) {
 	case <-b.failed:
 		return nil, b.failure()
 	case <-p.gone:
+		// select picks at random among ready cases: a frame that arrived
+		// before the peer's goodbye is still this op's answer.
+		select {
+		case m := <-p.data:
+			if m.seq == b.seq {
+				return m.payload, nil
+			}
+		default:
+		}
 		if p.bye.Load() {
 			return nil, &collectives.PeerError{Rank: p.rank, Cause: errors.New("closed its communicator")}
 		}

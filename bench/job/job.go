@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/goccl/goccl/bench"
@@ -126,10 +127,19 @@ func (j *Job) Close() error {
 	for _, r := range j.Ranks {
 		errs = append(errs, r.Space.Close())
 	}
-	for _, c := range j.comms {
-		errs = append(errs, c.Close())
+	// Close is collective (the GPU backend frees mapped memory behind a
+	// barrier), so ranks in one process close concurrently.
+	cerrs := make([]error, len(j.comms))
+	var wg sync.WaitGroup
+	for i, c := range j.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cerrs[i] = c.Close()
+		}()
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return errors.Join(append(errs, cerrs...)...)
 }
 
 // Adapter presents a comm.Comm as a bench.Comm and bench.Registrar.

@@ -1,5 +1,30 @@
 // Package host is the host (CPU) backend: all five collectives over host
 // memory shared between the ranks of a node (transport/shm), synchronized
-// through atomics in that shared memory. It serves CPU-only users and lets
-// every layer above the GPU be tested without one.
+// through atomics in that shared memory, never through the bootstrap. It
+// serves CPU-only users and lets every layer above the GPU be tested
+// without one.
+//
+// Each rank maps a segment holding control words (a step counter, a
+// sleeper count, the job's abort word on rank 0, call descriptors) and two
+// staging halves of Config.StagingBytes, whatever the count: collectives
+// run in rounds of at most one half. AllReduce and Reduce run one-shot
+// (every rank stages its chunk, one barrier, the reducer reads all) up to
+// Config.OneShotMax bytes, and two-shot above (each rank reduces 1/n of
+// each chunk, publishes it, and the others gather it); GOCCL_ALGO or
+// Config.Algo forces either. ReduceScatter stages each destination's
+// block; Broadcast and AllGather copy through staging.
+//
+// Reductions visit ranks in order on every rank, so results are bitwise
+// identical across ranks. Half types accumulate in float32 and round once;
+// integer averages divide the exact sum (taken in 64 bits; 64-bit types
+// wrap) truncating, as NCCL does; integer overflow wraps.
+//
+// Buffers are host addresses (Args.Send/Recv as uintptr): the caller keeps
+// the memory alive and unmoved during Run (Go callers: runtime.KeepAlive
+// the slices after Run; stack memory is not allowed).
+//
+// A wait that outlasts Config.Timeout, a cancelled context, or Abort on
+// any rank aborts the whole job: every rank's current and later calls
+// return an error wrapping collectives.ErrTimeout or ErrAborted (with a
+// *collectives.PeerError naming the rank when it was another's doing).
 package host

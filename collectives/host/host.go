@@ -3,18 +3,183 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/shm"
 )
 
-// Config tunes the host backend.
-type Config struct {
-	// Algo forces an algorithm ("oneshot", "rsag"); empty chooses by size.
-	Algo string
+// backend is one rank's host backend.
+type backend struct {
+	rank, n int
+	cfg     Config
+	algo    collectives.Algorithm // forced, or "" for by size
+
+	seg       *shm.Segment
+	seq       []*uint32   // every rank's step counter
+	waiters   []*uint32   // every rank's sleeper count
+	abortWord *uint32     // rank 0's abort word, the job's
+	desc      [2][][]byte // desc[p][r]: rank r's call descriptor for parity p
+	stage     [2][][]byte // stage[p][r]: rank r's staging half p
+	step      uint32      // the last step this rank arrived at
+
+	srcs []([]byte) // reused list of reduction sources
+	sc   scratch
+
+	mu       sync.Mutex // one Run at a time; Close waits for it
+	amu      sync.Mutex // guards shared-memory writes of fail against Close
+	unmapped bool       // under amu
+	closed   atomic.Bool
+	failure  atomic.Pointer[error]
 }
 
-// New builds the host backend for this rank. It is collective.
+// New builds the host backend for this rank: it agrees on the
+// configuration with every rank, then maps every rank's shared segment
+// (control words plus two staging halves). It is collective.
 func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Backend, error) {
-	return nil, errors.New("host backend: not built yet")
+	rank, n := b.Rank(), b.Size()
+	if n < 1 || rank < 0 || rank >= n {
+		return nil, fmt.Errorf("%w: host backend: rank %d of %d", collectives.ErrInvalidArgument, rank, n)
+	}
+	cfg, cerr := cfg.resolve(n)
+	mine := agreed(cfg, cerr)
+	all, err := b.AllGather(ctx, mine)
+	if cerr != nil {
+		return nil, fmt.Errorf("host backend: %w", cerr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host backend: agree on configuration: %w", err)
+	}
+	for r, got := range all {
+		if len(got) > 0 && got[0] == 1 {
+			return nil, fmt.Errorf("%w: host backend: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
+		}
+		if string(got) != string(mine) {
+			return nil, fmt.Errorf("%w: host backend: rank %d has %s, rank %d has %s",
+				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
+		}
+	}
+	half := cfg.StagingBytes
+	seg, err := shm.Map(ctx, b, ctrlBytes+2*half)
+	if err != nil {
+		return nil, fmt.Errorf("host backend: %w", err)
+	}
+	be := &backend{
+		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
+		seq: make([]*uint32, n), waiters: make([]*uint32, n),
+		srcs: make([][]byte, n),
+	}
+	for p := 0; p < 2; p++ {
+		be.desc[p] = make([][]byte, n)
+		be.stage[p] = make([][]byte, n)
+	}
+	for r := 0; r < n; r++ {
+		m := seg.Peer(r)
+		be.seq[r] = word(m, offSeq)
+		be.waiters[r] = word(m, offWaiters)
+		for p := 0; p < 2; p++ {
+			be.desc[p][r] = m[offDesc+64*p : offDesc+64*p+descBytes]
+			be.stage[p][r] = m[ctrlBytes+p*half : ctrlBytes+(p+1)*half]
+		}
+	}
+	be.abortWord = word(seg.Peer(0), offAbort)
+	cfg.Logger.Debug("goccl host backend ready", "rank", rank, "nranks", n,
+		"staging", half, "algo", cfg.Algo, "oneShotMax", cfg.OneShotMax, "timeout", cfg.Timeout)
+	return be, nil
+}
+
+// Run executes one collective synchronously. Every rank must make the same
+// calls in the same order (a mismatch of collective, count, type, op or
+// root is detected and reported by every rank).
+func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
+	if err := a.Validate(b.rank, b.n); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return fmt.Errorf("host backend: rank %d: %w", b.rank, collectives.ErrClosed)
+	}
+	if err := b.interrupted(ctx); err != nil {
+		return err
+	}
+	if a.Count == 0 {
+		return nil
+	}
+	if b.n == 1 {
+		b.single(a)
+		return nil
+	}
+	switch a.Coll {
+	case collectives.AllReduce:
+		if b.oneShot(a) {
+			return b.allReduceOneShot(ctx, a)
+		}
+		return b.allReduceTwoShot(ctx, a, true)
+	case collectives.Reduce:
+		if b.oneShot(a) {
+			return b.reduceOneShot(ctx, a)
+		}
+		return b.allReduceTwoShot(ctx, a, false)
+	case collectives.Broadcast:
+		return b.broadcast(ctx, a)
+	case collectives.AllGather:
+		return b.allGather(ctx, a)
+	case collectives.ReduceScatter:
+		return b.reduceScatter(ctx, a)
+	}
+	return fmt.Errorf("%w: %d", collectives.ErrUnknownCollective, a.Coll)
+}
+
+func (b *backend) oneShot(a *collectives.Args) bool {
+	switch b.algo {
+	case collectives.OneShot:
+		return true
+	case collectives.TwoShot:
+		return false
+	}
+	return a.Count*a.Type.Size() <= b.cfg.OneShotMax
+}
+
+// single is every collective on one rank: a copy unless in place.
+func (b *backend) single(a *collectives.Args) {
+	n := a.Count * a.Type.Size()
+	copy(hostBytes(a.Recv, n), hostBytes(a.Send, n))
+}
+
+// Abort makes every current and future wait of this rank, and of every
+// peer, return an error wrapping cause (and ErrAborted).
+func (b *backend) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("aborted by the caller")
+	}
+	if !errors.Is(cause, collectives.ErrAborted) {
+		cause = fmt.Errorf("host: rank %d: %w: %w", b.rank, collectives.ErrAborted, cause)
+	}
+	b.fail(cause)
+}
+
+// Close unmaps every segment. A Run still in progress on another
+// goroutine is aborted first (its peers too: this rank will not finish it)
+// and waited for. Peers keep their own mappings, so closing one rank never
+// faults another.
+func (b *backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	if !b.mu.TryLock() {
+		b.Abort(fmt.Errorf("rank %d closed its communicator during a collective: %w", b.rank, collectives.ErrClosed))
+		b.mu.Lock()
+	}
+	defer b.mu.Unlock()
+	b.amu.Lock()
+	defer b.amu.Unlock()
+	b.unmapped = true
+	if err := b.seg.Close(); err != nil {
+		return fmt.Errorf("host backend: %w", err)
+	}
+	return nil
 }

@@ -12,11 +12,12 @@ B=${GOCCL_GPU_BIN:-.gpu}
 LOGS=${OUT:-/tmp}/gpu-suite
 mkdir -p "$LOGS"
 KERNELS=0
-LARGE=${GOCCL_SUITE_LARGE:-64Mi,1Gi}
+LARGE=${GOCCL_SUITE_LARGE:-64Mi}
+HUGE=${GOCCL_SUITE_HUGE:-1Gi}
 for a in "$@"; do
   case $a in
     --kernels) KERNELS=1 ;;
-    --no-large) LARGE= ;;
+    --no-large) LARGE= HUGE= ;;
     *) echo "usage: suite.sh [--kernels] [--no-large]" >&2; exit 2 ;;
   esac
 done
@@ -69,6 +70,7 @@ for p in uva ipc vmm; do
 done
 step "2 procs, goccl run, ipc" 150 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "${CONF[@]}"
 step "2 procs, goccl run, vmm, large" 300 env GOCCL_TRANSPORT=vmm "$B/goccl" run -np 2 "${CONF[@]}" ${LARGE:+--large $LARGE}
+[ -n "$HUGE" ] && step "2 procs, goccl run, ipc, $HUGE" 240 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "$B/conformance" --backend gpu --counts 1 --large "$HUGE"
 step "2 GPUs in 1 proc (uva)" 150 "${CONF[@]}" --inprocess 2
 if command -v mpirun >/dev/null; then
   step "2 procs, Open MPI mpirun" 150 mpirun --allow-run-as-root -np 2 "${CONF[@]}"

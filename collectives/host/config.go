@@ -1,0 +1,123 @@
+package host
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// Config tunes the host backend. The zero value is ready to use; the
+// environment (GOCCL_ALGO, GOCCL_TIMEOUT) fills what it leaves empty.
+type Config struct {
+	// Algo forces the AllReduce/Reduce algorithm: "oneshot" or "twoshot"
+	// (collectives.OneShot/TwoShot). Empty: GOCCL_ALGO, else by size.
+	Algo string
+	// Timeout bounds every wait for a peer. Zero: GOCCL_TIMEOUT (a Go
+	// duration or a number of seconds), else 5 minutes.
+	Timeout time.Duration
+	// StagingBytes is the size of each of the two staging halves every rank
+	// shares; the shared memory per rank is about twice this, whatever the
+	// count. Zero: 2 MiB. At least 4 KiB.
+	StagingBytes int
+	// OneShotMax is the largest AllReduce/Reduce, in bytes, run one-shot
+	// when no algorithm is forced. Zero: 256 KiB.
+	OneShotMax int
+	// Logger receives the backend's diagnostics; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultTimeout    = 5 * time.Minute
+	defaultStaging    = 2 << 20
+	defaultOneShotMax = 256 << 10
+	minStaging        = 4 << 10
+	lineBytes         = 64 // parts handed to ranks are aligned to this
+)
+
+// resolve fills defaults from the environment and checks the values.
+func (c Config) resolve(nranks int) (Config, error) {
+	fromEnv := c.Algo == ""
+	if fromEnv {
+		c.Algo = os.Getenv("GOCCL_ALGO")
+	}
+	algo, err := collectives.ParseAlgorithm(c.Algo)
+	if err != nil {
+		return c, err
+	}
+	if algo == collectives.CopyEngine {
+		if !fromEnv {
+			return c, fmt.Errorf("%w: algorithm %q has no host implementation (want oneshot or twoshot)", collectives.ErrInvalidArgument, algo)
+		}
+		// GOCCL_ALGO=ce is meant for the GPU backend of the same job.
+		algo = ""
+	}
+	c.Algo = string(algo)
+	if c.Timeout == 0 {
+		c.Timeout = defaultTimeout
+		if s := os.Getenv("GOCCL_TIMEOUT"); s != "" {
+			if c.Timeout, err = parseTimeout(s); err != nil {
+				return c, err
+			}
+		}
+	}
+	if c.Timeout < 0 {
+		return c, fmt.Errorf("%w: timeout %v is negative", collectives.ErrInvalidArgument, c.Timeout)
+	}
+	if c.StagingBytes == 0 {
+		c.StagingBytes = defaultStaging
+	}
+	if c.StagingBytes < minStaging || c.StagingBytes < nranks*lineBytes || c.StagingBytes%lineBytes != 0 {
+		return c, fmt.Errorf("%w: staging %d bytes: want a multiple of %d, at least %d and at least %d per rank",
+			collectives.ErrInvalidArgument, c.StagingBytes, lineBytes, minStaging, lineBytes)
+	}
+	if c.OneShotMax == 0 {
+		c.OneShotMax = defaultOneShotMax
+	}
+	if c.OneShotMax < 0 {
+		return c, fmt.Errorf("%w: one-shot limit %d is negative", collectives.ErrInvalidArgument, c.OneShotMax)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+func parseTimeout(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d, nil
+	}
+	if secs, err := strconv.ParseFloat(s, 64); err == nil && secs > 0 {
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	return 0, fmt.Errorf("%w: GOCCL_TIMEOUT=%q (want a duration such as 30s, or seconds)", collectives.ErrInvalidArgument, s)
+}
+
+// agreed encodes what every rank must share (a rank that picked another
+// algorithm or staging size would take a different number of steps), or
+// this rank's configuration error, so that every rank fails together.
+func agreed(c Config, err error) []byte {
+	if err != nil {
+		return append([]byte{1}, err.Error()...)
+	}
+	b := make([]byte, 1, 32)
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.StagingBytes))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.OneShotMax))
+	return append(b, c.Algo...)
+}
+
+func describeAgreed(b []byte) string {
+	if len(b) < 17 || b[0] != 0 {
+		return fmt.Sprintf("%q", b)
+	}
+	algo := string(b[17:])
+	if algo == "" {
+		algo = "by size"
+	}
+	return fmt.Sprintf("staging %d, one-shot limit %d, algorithm %s",
+		binary.LittleEndian.Uint64(b[1:]), binary.LittleEndian.Uint64(b[9:]), algo)
+}

@@ -1,0 +1,171 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// Ranks synchronize in steps. Each rank owns a step counter in its own
+// segment; arriving at step s stores s there, and waiting for step s
+// reads every peer's counter until it reaches s. A rank therefore never
+// runs more than one step ahead of any peer, which is what makes staging
+// reuse safe: data written for step s lives in the staging half of parity
+// s&1, peers read it only between waiting for s and arriving at s+1, and
+// the writer touches that half again only at step s+2, after waiting for
+// s+1, by when every peer has finished reading.
+//
+// Waiting spins, then yields, then naps with growing sleeps (parking only
+// the goroutine, so ranks sharing a process keep their Ps), and after
+// napPhase sleeps on a futex of the peer's counter: the arriving rank wakes
+// sleepers only when its waiter count says there are any, so the fast
+// path makes no system call. Every sleep is bounded so that abort flags,
+// the context and the deadline are polled.
+
+const (
+	offSeq     = 0   // this rank's step counter (futex word)
+	offWaiters = 64  // how many peers sleep on offSeq
+	offAbort   = 128 // rank 0's is the job's: 1 + the rank that aborted
+	offDesc    = 192 // two call descriptors, by step parity, 64 bytes apart
+	ctrlBytes  = 4096
+
+	spinLoads  = 512
+	yieldLoops = 64
+	maxSleep   = 20 * time.Millisecond
+	minNap     = 2 * time.Microsecond
+	maxNap     = 100 * time.Microsecond
+	napPhase   = 5 * time.Millisecond
+
+	futexWaitOp = 0 // FUTEX_WAIT, from linux/futex.h
+	futexWakeOp = 1 // FUTEX_WAKE
+)
+
+// reached reports whether counter value v has reached step s, modulo
+// 2^32 (counters wrap after four billion steps).
+func reached(v, s uint32) bool { return int32(v-s) >= 0 }
+
+// barrier advances this rank to the next step and waits for every peer
+// to arrive there too.
+func (b *backend) barrier(ctx context.Context) error {
+	b.step++
+	s := b.step
+	atomic.StoreUint32(b.seq[b.rank], s)
+	if atomic.LoadUint32(b.waiters[b.rank]) != 0 {
+		futexWake(b.seq[b.rank])
+	}
+	for q, w := range b.seq {
+		if q != b.rank && !reached(atomic.LoadUint32(w), s) {
+			if err := b.waitSlow(ctx, q, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// parity is the staging half the data for the next barrier goes to.
+func (b *backend) parity() int { return int((b.step + 1) & 1) }
+
+func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
+	w := b.seq[q]
+	for i := 0; i < spinLoads; i++ {
+		if reached(atomic.LoadUint32(w), s) {
+			return nil
+		}
+	}
+	for i := 0; i < yieldLoops; i++ {
+		runtime.Gosched()
+		if reached(atomic.LoadUint32(w), s) {
+			return nil
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(b.cfg.Timeout)
+	nap := minNap
+	for {
+		if err := b.interrupted(ctx); err != nil {
+			return err
+		}
+		v := atomic.LoadUint32(w)
+		if reached(v, s) {
+			return nil
+		}
+		now := time.Now()
+		left := deadline.Sub(now)
+		if left <= 0 {
+			return b.fail(&collectives.PeerError{Rank: q, Cause: fmt.Errorf(
+				"host: rank %d waited %v for rank %d at step %d: %w", b.rank, b.cfg.Timeout, q, s, collectives.ErrTimeout)})
+		}
+		if now.Sub(start) < napPhase {
+			// Short naps park only this goroutine: ranks sharing the
+			// process (and its Ps) keep running. A futex sleep would hold
+			// the P until the scheduler's monitor takes it back.
+			time.Sleep(min(nap, left))
+			nap = min(2*nap, maxNap)
+			continue
+		}
+		// A long wait: sleep in the kernel until the peer arrives.
+		atomic.AddUint32(b.waiters[q], 1)
+		if atomic.LoadUint32(w) == v {
+			futexWait(w, v, min(left, maxSleep))
+		}
+		atomic.AddUint32(b.waiters[q], ^uint32(0))
+	}
+}
+
+// interrupted returns the error that ends a wait: a local or remote
+// abort, or the context's end (which aborts the job: a rank that leaves
+// mid-collective leaves its peers unable to finish).
+func (b *backend) interrupted(ctx context.Context) error {
+	if e := b.failure.Load(); e != nil {
+		return *e
+	}
+	if by := atomic.LoadUint32(b.abortWord); by != 0 {
+		r := int(by) - 1
+		return b.fail(&collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w by rank %d", collectives.ErrAborted, r)})
+	}
+	select {
+	case <-ctx.Done():
+		return b.fail(fmt.Errorf("host: rank %d: %w: %w", b.rank, collectives.ErrAborted, ctx.Err()))
+	default:
+	}
+	return nil
+}
+
+// fail records err as this rank's failure (the first one wins), tells
+// every peer through the shared abort word and wakes sleepers; it returns
+// the recorded failure.
+func (b *backend) fail(err error) error {
+	if b.failure.CompareAndSwap(nil, &err) {
+		b.cfg.Logger.Warn("goccl host backend aborting", "rank", b.rank, "err", err)
+		b.amu.Lock()
+		if !b.unmapped {
+			atomic.CompareAndSwapUint32(b.abortWord, 0, uint32(b.rank)+1)
+			for _, w := range b.seq {
+				futexWake(w)
+			}
+		}
+		b.amu.Unlock()
+	}
+	return *b.failure.Load()
+}
+
+// futexWait sleeps while *w == v, at most d. Spurious returns are fine:
+// callers recheck.
+func futexWait(w *uint32, v uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	// Not FUTEX_PRIVATE: the word is shared between processes.
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitOp, uintptr(v),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func futexWake(w *uint32) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, 1<<30, 0, 0, 0)
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# perf.sh: goccl beside NCCL on the GPU machine, in one run (issue 5).
+# Binaries come from scripts/gpu/build.sh (carried in .gpu); NCCL is reached
+# through PyTorch's torch.distributed (bench/nccl/nccl_bench.py). Each
+# collective runs once per tool with the same sizes and mode; compare.py
+# prints size, both times and busbw, and the speedup. Raw JSON lands in
+# $OUT/perf.tgz.
+#   bash scripts/gpu/perf.sh [quick]
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset GOCCL_NVLS_ENABLE
+export PYTHONUNBUFFERED=1
+B=${GOCCL_GPU_BIN:-.gpu}
+D=$(mktemp -d)/perf
+mkdir -p "$D"
+MAX=${PERF_MAX:-1G}
+NP=${PERF_NP:-2}
+TORCHRUN=(python3 -m torch.distributed.run --standalone --nproc_per_node="$NP")
+
+# run NAME GOCCL_ARGS -- NCCL_ARGS
+run() {
+  local name=$1; shift
+  local g=() n=()
+  while [ "$1" != "--" ]; do g+=("$1"); shift; done; shift
+  n=("$@")
+  echo "=== $name"
+  timeout -k 5 150 "$B/goccl" run -np "$NP" "$B/goccl" bench "${g[@]}" --backend gpu -c 0 \
+    --label goccl --json "$D/goccl_$name.json" >"$D/goccl_$name.txt" 2>&1 || { echo "goccl $name failed"; tail -5 "$D/goccl_$name.txt"; }
+  timeout -k 5 150 "${TORCHRUN[@]}" bench/nccl/nccl_bench.py "${n[@]}" --json "$D/nccl_$name.json" \
+    >"$D/nccl_$name.txt" 2>&1 || { echo "nccl $name failed"; tail -5 "$D/nccl_$name.txt"; }
+}
+
+run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
+run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
+run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
+if [ "${1:-}" != quick ]; then
+  for c in broadcast all_gather reduce_scatter; do
+    run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
+  done
+fi
+echo
+for f in "$D"/goccl_*.json; do
+  name=$(basename "$f" .json); name=${name#goccl_}
+  [ -f "$D/nccl_$name.json" ] || continue
+  echo "## $name"
+  python3 bench/nccl/compare.py "$f" "$D/nccl_$name.json" --out "$D/pairs_$name.json"
+  echo
+done | tee "$D/tables.txt"
+[ -n "${OUT:-}" ] && tar -C "$(dirname "$D")" -czf "$OUT/perf.tgz" perf
