@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/transport"
@@ -114,14 +116,64 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 		return err
 	}
 	if err := c.backend.Run(ctx, a); err != nil {
-		if ab := c.abortErr.Load(); ab != nil && !errors.Is(err, collectives.ErrAborted) {
-			return fmt.Errorf("%w (%v)", *ab, err)
-		} else if ab != nil {
-			return *ab
-		}
-		return err
+		return c.runFailed(ctx, err)
 	}
 	return nil
+}
+
+// causeWait bounds how long a rank whose backend stopped on a job-wide
+// abort waits for the bootstrap to say why. The backends share an abort
+// flag, so a survivor often sees a peer's abort before the bootstrap
+// delivers the failure that caused it (a dead rank's closed connection
+// relayed by rank 0, a peer's Abort): waiting for it lets every survivor
+// name the rank at fault rather than the survivor that noticed first. The
+// cause normally arrives within milliseconds.
+const causeWait = 2 * time.Second
+
+// runFailed turns a backend's failure into the communicator's: an abort
+// reported by the bootstrap wins; a failure that starts here (a backend
+// timeout, the caller's context ending mid-collective) aborts the
+// communicator and is told to the other ranks, whose backends were stopped
+// by it and wait for its cause.
+func (c *Comm) runFailed(ctx context.Context, err error) error {
+	fatal := errors.Is(err, collectives.ErrAborted) || errors.Is(err, collectives.ErrTimeout)
+	// This rank's own wait for a peer timed out: first-hand evidence, told
+	// to the others naming that peer.
+	var pe *collectives.PeerError
+	ownTimeout := errors.As(err, &pe) && pe.Rank != c.rank && errors.Is(err, collectives.ErrTimeout) && !errors.Is(err, collectives.ErrAborted)
+	if fatal && !ownTimeout && c.abortErr.Load() == nil && ctx.Err() == nil && !c.closed.Load() {
+		t := time.NewTimer(causeWait)
+		select {
+		case <-c.boot.failed:
+			if f := c.boot.failure(); f != nil {
+				c.setAborted(f)
+			}
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if ab := c.abortErr.Load(); ab != nil {
+		if errors.Is(err, collectives.ErrAborted) {
+			return *ab
+		}
+		return fmt.Errorf("%w (%v)", *ab, err)
+	}
+	if fatal {
+		if ownTimeout {
+			c.boot.blame(pe.Rank, timeoutCause(pe.Cause))
+		} else if c.setAborted(err) {
+			c.boot.abort(err, err.Error())
+		}
+		return *c.abortErr.Load()
+	}
+	return err
+}
+
+// timeoutCause puts ErrTimeout's text first so that it survives the
+// bootstrap's failure notice (see remoteCause).
+func timeoutCause(cause error) error {
+	detail := strings.TrimSuffix(cause.Error(), ": "+collectives.ErrTimeout.Error())
+	return fmt.Errorf("%w: %s", collectives.ErrTimeout, detail)
 }
 
 // Register makes [ptr, ptr+size) readable by peers for zero-copy

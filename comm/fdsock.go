@@ -34,7 +34,7 @@ type fdSocket struct {
 	magic uint64
 	pids  []int32
 	uid   uint32
-	queue []chan []int // per sender
+	queue []chan fdItem // per sender
 
 	smu     sync.Mutex // serializes sends (one write deadline per socket)
 	wg      sync.WaitGroup
@@ -85,13 +85,19 @@ func (s *fdSocket) start(magic uint64, pids []int32) {
 	s.magic = magic
 	s.pids = pids
 	s.uid = uint32(os.Getuid())
-	s.queue = make([]chan []int, len(pids))
+	s.queue = make([]chan fdItem, len(pids))
 	for i := range s.queue {
-		s.queue[i] = make(chan []int, fdQueue)
+		s.queue[i] = make(chan fdItem, fdQueue)
 	}
 	s.started = true
 	s.wg.Add(1)
 	go s.readLoop()
+}
+
+// fdItem is one received message: its descriptors, or why they were lost.
+type fdItem struct {
+	fds []int
+	err error
 }
 
 // fd message payload: "GFD1" | magic u64 | sender u32 | nfds u32.
@@ -142,16 +148,24 @@ func (s *fdSocket) readLoop() {
 			continue
 		}
 		fds, cred := parseControl(oob[:oobn])
+		item := fdItem{fds: fds}
 		sender, err := s.accept(buf[:n], flags, fds, cred)
 		if err != nil {
 			closeFDs(fds)
-			s.log.Warn("goccl: dropped a message on the fd socket", "rank", s.rank, "why", err)
-			continue
+			if lost := s.lostFDs(buf[:n], flags, cred); lost >= 0 {
+				// A genuine message whose descriptors this process could not
+				// take: its receiver must fail, not wait for them.
+				item = fdItem{err: fmt.Errorf("goccl: rank %d: descriptors sent by rank %d were lost: the kernel truncated the message (this process is probably out of file descriptors: RLIMIT_NOFILE): %w", s.rank, lost, unix.EMFILE)}
+				sender = lost
+			} else {
+				s.log.Warn("goccl: dropped a message on the fd socket", "rank", s.rank, "why", err)
+				continue
+			}
 		}
 		select {
-		case s.queue[sender] <- fds:
+		case s.queue[sender] <- item:
 		default:
-			closeFDs(fds)
+			closeFDs(item.fds)
 			s.log.Warn("goccl: dropped fds: too many queued", "rank", s.rank, "sender", sender)
 		}
 	}
@@ -182,6 +196,21 @@ func (s *fdSocket) accept(payload []byte, flags int, fds []int, cred *unix.Ucred
 		return 0, fmt.Errorf("rank %d: message says %d fds, carried %d", m.Sender, m.NFDs, len(fds))
 	}
 	return int(m.Sender), nil
+}
+
+// lostFDs returns the sender of a message that is genuine in every way
+// but had its control data truncated (MSG_CTRUNC: the kernel could not
+// install the descriptors here), or -1.
+func (s *fdSocket) lostFDs(payload []byte, flags int, cred *unix.Ucred) int {
+	if flags&unix.MSG_CTRUNC == 0 || flags&unix.MSG_TRUNC != 0 || cred == nil {
+		return -1
+	}
+	m, err := decodeFDMsg(payload)
+	if err != nil || m.Magic != s.magic || int64(m.Sender) >= int64(len(s.pids)) ||
+		cred.Uid != s.uid || cred.Pid != s.pids[m.Sender] {
+		return -1
+	}
+	return int(m.Sender)
 }
 
 // parseControl collects every descriptor (so that all can be closed on
@@ -254,7 +283,11 @@ func (s *fdSocket) recv(ctx context.Context, peer, n int, failed <-chan struct{}
 		return nil, fmt.Errorf("%w: RecvFDs from rank %d of %d", collectives.ErrInvalidArgument, peer, len(s.pids))
 	}
 	select {
-	case fds := <-s.queue[peer]:
+	case it := <-s.queue[peer]:
+		if it.err != nil {
+			return nil, it.err
+		}
+		fds := it.fds
 		if len(fds) != n {
 			closeFDs(fds)
 			return nil, fmt.Errorf("%w: rank %d sent %d descriptors, rank %d expected %d", ErrMismatch, peer, len(fds), s.rank, n)
@@ -282,8 +315,8 @@ func (s *fdSocket) close() {
 	for _, q := range s.queue {
 		for {
 			select {
-			case fds := <-q:
-				closeFDs(fds)
+			case it := <-q:
+				closeFDs(it.fds)
 				continue
 			default:
 			}

@@ -239,6 +239,9 @@ func encodeFailed(rank int, msg string) []byte {
 }
 
 func decodeFailed(b []byte, nranks int) (int, string, error) {
+	if nranks < 1 {
+		return 0, "", fmt.Errorf("%w: failure notice for a job of %d ranks", errMalformed, nranks)
+	}
 	if len(b) < 4 || len(b) > 4+maxMessage {
 		return 0, "", fmt.Errorf("%w: failure notice of %d bytes", errMalformed, len(b))
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/goccl/goccl/collectives"
@@ -88,12 +89,9 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 				b.peerFailed(p.rank, err)
 				return
 			}
-			if b.rank == 0 && r != p.rank {
-				// A leaf speaks only for itself.
-				b.peerFailed(p.rank, fmt.Errorf("%w: rank %d reported rank %d failed", errMalformed, p.rank, r))
-				return
-			}
-			b.peerFailed(r, errors.New(msg))
+			// A leaf reports its own abort, or a peer its collective
+			// timed out on (see blame); rank 0 relays either.
+			b.peerFailed(r, remoteCause(msg))
 		default:
 			b.peerFailed(p.rank, fmt.Errorf("%w: unexpected %s frame", errMalformed, kindNames[h.Kind]))
 			return
@@ -116,8 +114,10 @@ func (b *tcpBootstrap) describe(err error) error {
 // peerFailed records that rank r failed; rank 0 tells every other leaf.
 func (b *tcpBootstrap) peerFailed(r int, cause error) {
 	pe := &collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w: %w", collectives.ErrAborted, cause)}
-	first := b.fail(pe)
-	if b.rank == 0 && first {
+	b.failThen(pe, func() {
+		if b.rank != 0 {
+			return
+		}
 		note := encodeFailed(r, cause.Error())
 		for _, p := range b.peers {
 			if p == nil || p.rank == r || p.bye.Load() {
@@ -125,32 +125,68 @@ func (b *tcpBootstrap) peerFailed(r int, cause error) {
 			}
 			_ = p.write(kindFailed, 0, note, time.Second)
 		}
+	})
+}
+
+// blame records that rank r failed as this rank observed it (a wait for
+// r timed out) and tells the others: rank 0 relays to every leaf, a leaf
+// tells rank 0, which relays. Every rank then names r, not the rank that
+// noticed first.
+func (b *tcpBootstrap) blame(r int, cause error) {
+	if b.rank == 0 || r == 0 {
+		b.peerFailed(r, cause)
+		return
 	}
+	pe := &collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w: %w", collectives.ErrAborted, cause)}
+	b.failThen(pe, func() {
+		if len(b.peers) > 0 && b.peers[0] != nil && !b.peers[0].bye.Load() {
+			_ = b.peers[0].write(kindFailed, 0, encodeFailed(r, cause.Error()), time.Second)
+		}
+	})
+}
+
+// remoteCause rebuilds a failure notice's cause so that errors.Is still
+// finds ErrTimeout in a peer's timeout: the notice carries text only.
+func remoteCause(msg string) error {
+	if rest, ok := strings.CutPrefix(msg, collectives.ErrTimeout.Error()); ok {
+		return fmt.Errorf("%w%s", collectives.ErrTimeout, rest)
+	}
+	return errors.New(msg)
 }
 
 // abort is an application's Abort on this rank: the others learn of it
 // (through rank 0) so that they stop waiting for us.
 func (b *tcpBootstrap) abort(err error, why string) {
-	if !b.fail(err) {
-		return
-	}
-	note := encodeFailed(b.rank, why)
-	for _, p := range b.peers {
-		if p == nil || p.bye.Load() {
-			continue
+	b.failThen(err, func() {
+		note := encodeFailed(b.rank, why)
+		for _, p := range b.peers {
+			if p == nil || p.bye.Load() {
+				continue
+			}
+			_ = p.write(kindFailed, 0, note, time.Second)
 		}
-		_ = p.write(kindFailed, 0, note, time.Second)
-	}
+	})
 }
 
 // fail records the first failure and reports whether this call was first.
-func (b *tcpBootstrap) fail(err error) bool {
+func (b *tcpBootstrap) fail(err error) bool { return b.failThen(err, nil) }
+
+// failThen is fail that, when first, runs tell (which notifies peers)
+// before waking anyone: a woken waiter may close the connections (an init
+// that fails closes its bootstrap), and the notice must be out by then.
+func (b *tcpBootstrap) failThen(err error, tell func()) bool {
 	b.failMu.Lock()
-	if b.failErr != nil {
+	if b.failErr != nil || b.failing {
 		b.failMu.Unlock()
 		b.log.Debug("goccl: further failure", "rank", b.rank, "err", err)
 		return false
 	}
+	b.failing = true
+	b.failMu.Unlock()
+	if tell != nil {
+		tell()
+	}
+	b.failMu.Lock()
 	b.failErr = err
 	close(b.failed)
 	f := b.onFailure

@@ -73,6 +73,10 @@ func InitAll(ctx context.Context, devices []int, opts Options) ([]*Comm, error) 
 	env := opts.env()
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
+	// A rank that fails on its own (say, out of descriptors before it
+	// reached rank 0) cannot tell the others; being in one process, we can.
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := range devices {
 		wg.Add(1)
@@ -80,7 +84,10 @@ func InitAll(ctx context.Context, devices []int, opts Options) ([]*Comm, error) 
 			defer wg.Done()
 			o := opts
 			o.Device = Device(devices[i])
-			comms[i], errs[i] = initComm(ctx, joinSpec{nranks: n, rank: i, localRank: i, id: id, token: id.Token()}, o, env)
+			comms[i], errs[i] = initComm(ictx, joinSpec{nranks: n, rank: i, localRank: i, id: id, token: id.Token()}, o, env)
+			if errs[i] != nil {
+				cancel()
+			}
 		}(i)
 	}
 	wg.Wait()
@@ -105,7 +112,7 @@ func rootCause(errs []error) error {
 			continue
 		}
 		var pe *collectives.PeerError
-		if !errors.As(err, &pe) && !errors.Is(err, context.Canceled) {
+		if !errors.As(err, &pe) && !errors.Is(err, context.Canceled) && !errors.Is(err, collectives.ErrTimeout) {
 			return err
 		}
 		if first == nil {
@@ -247,6 +254,9 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		}
 	}
 	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log}
+	if set.timeoutSet {
+		cfg.Timeout = set.timeout
+	}
 	factory := set.factory
 	if factory == nil {
 		factory = defaultBackend
@@ -287,7 +297,7 @@ func chooseBackend(set settings) (string, error) {
 func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfig) (collectives.Backend, error) {
 	switch cfg.Name {
 	case BackendHost:
-		return host.New(ctx, b, host.Config{Algo: cfg.Algo})
+		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Timeout: cfg.Timeout, Logger: cfg.Logger})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo})
 	}

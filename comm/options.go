@@ -70,6 +70,9 @@ type BackendConfig struct {
 	Transport string
 	Algo      string
 	Logger    *slog.Logger
+	// Timeout bounds a collective's wait for a peer when the user set one
+	// (Options.Timeout or GOCCL_TIMEOUT); 0 leaves the backend's default.
+	Timeout time.Duration
 }
 
 // BackendFactory builds one rank's backend; it is collective.
@@ -83,6 +86,7 @@ type settings struct {
 	backend    string
 	device     *int
 	timeout    time.Duration
+	timeoutSet bool // by Options or GOCCL_TIMEOUT, not the default
 	transport  string
 	algo       string
 	check      bool
@@ -119,6 +123,7 @@ func (o *Options) resolve(env map[string]string) (settings, error) {
 	if s.timeout < 0 {
 		return s, fmt.Errorf("%w: Options.Timeout=%v", collectives.ErrInvalidArgument, s.timeout)
 	}
+	s.timeoutSet = s.timeout != 0 || env["GOCCL_TIMEOUT"] != ""
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 		if v := env["GOCCL_TIMEOUT"]; v != "" {

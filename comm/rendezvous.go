@@ -8,9 +8,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goccl/goccl/collectives"
@@ -20,8 +23,9 @@ import (
 // connecting and rank 0 acknowledges it at once, so both limits only bound
 // how long a stranger (or a dead address) can hold a slot.
 var (
-	helloTimeout = time.Second     // stranger silent this long: dropped
-	ackTimeout   = 3 * time.Second // no ack this long: not our rank 0, retry
+	helloTimeout = 800 * time.Millisecond // stranger silent this long: dropped
+	ackTimeout   = 3 * time.Second        // no ack this long: not our rank 0, retry
+	rejectGrace  = time.Second            // see leafHandshake
 )
 
 // Reject codes carried in the first byte of a reject frame.
@@ -54,6 +58,7 @@ type arrival struct {
 // error naming it, sent to every connected rank. It closes ln.
 func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer, []int32, error) {
 	arrivals := make(chan arrival)
+	acceptErr := make(chan error, 1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// Connections still in their handshake; closed when we stop so that no
@@ -77,7 +82,8 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 			conn, err := ln.Accept()
 			if err != nil {
 				if !errors.Is(err, net.ErrClosed) {
-					c.log.Debug("goccl: bootstrap accept", "err", err)
+					// Out of descriptors, say: no rank can join any more.
+					acceptErr <- fmt.Errorf("goccl: rank 0: accepting ranks on the bootstrap port: %w", err)
 				}
 				return
 			}
@@ -109,6 +115,31 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 	pids := make([]int32, c.nranks)
 	pids[0] = c.pid
 	missing := c.nranks - 1
+	// A rank that has arrived sends nothing until the welcome, so a read
+	// on its connection that ends other than by our deadline means it is
+	// gone (or broke the protocol): the job fails now, naming it, instead
+	// of at the init timeout.
+	lost := make(chan int, c.nranks)
+	var watchers sync.WaitGroup
+	stopWatching := func() {
+		for _, p := range peers {
+			if p != nil {
+				_ = p.conn.SetReadDeadline(time.Now())
+			}
+		}
+		watchers.Wait()
+	}
+	defer stopWatching()
+	watch := func(r int, conn net.Conn) {
+		watchers.Add(1)
+		go func() {
+			defer watchers.Done()
+			var b [1]byte
+			if _, err := conn.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+				lost <- r
+			}
+		}()
+	}
 	fail := func(code byte, bad net.Conn, err error) ([]*peer, []int32, error) {
 		msg := append([]byte{code}, []byte(errorDetail(err))...)
 		if bad != nil {
@@ -138,10 +169,24 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 				return fail(rejectOther, nil, &collectives.PeerError{Rank: r, Cause: fmt.Errorf("disconnected during init: %w", err)})
 			}
 			c.log.Debug("goccl: rank arrived", "rank", r, "missing", missing)
+			watch(r, a.conn)
+		case r := <-lost:
+			return fail(rejectOther, nil, &collectives.PeerError{Rank: r, Cause: errors.New("connected, then disconnected before the job formed (process exited?)")})
+		case err := <-acceptErr:
+			return fail(rejectOther, nil, err)
 		case <-ctx.Done():
 			return fail(rejectTimeout, nil, fmt.Errorf("%w: rank 0: ranks %s did not join within the init timeout (%d of %d present): %v",
 				collectives.ErrTimeout, absent(peers), c.nranks-missing, c.nranks, ctx.Err()))
 		}
+	}
+	stopWatching()
+	select {
+	case r := <-lost:
+		return fail(rejectOther, nil, &collectives.PeerError{Rank: r, Cause: errors.New("connected, then disconnected before the job formed (process exited?)")})
+	default:
+	}
+	for r := 1; r < c.nranks; r++ {
+		_ = peers[r].conn.SetReadDeadline(time.Time{})
 	}
 	welcome := encodeWelcome(pids)
 	for r := 1; r < c.nranks; r++ {
@@ -245,6 +290,11 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 		where = "rank 0 at " + id.Addr().String()
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", id.Addr().String())
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
+			// Out of a local resource: retrying until the timeout would
+			// only hide the cause.
+			return nil, nil, 0, fmt.Errorf("goccl: rank %d: connecting to rank 0 at %s: %w", c.rank, id.Addr(), err)
+		}
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
@@ -273,7 +323,17 @@ func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, p
 	if _, err := conn.Write(hb[:]); err != nil {
 		return nil, nil, true, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
+	// Once rank 0 has acknowledged us, it knows more than we do about a
+	// job that does not form (which ranks are missing): when our init
+	// time is up, we wait rejectGrace longer for its reject, which says.
+	var ackedFlag atomic.Bool
+	expiry := func() time.Time {
+		if ackedFlag.Load() {
+			return time.Now().Add(rejectGrace)
+		}
+		return time.Now()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(expiry()) })
 	defer stop()
 	hdr := make([]byte, frameHeaderSize)
 	acked := false
@@ -283,7 +343,7 @@ func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, p
 			dl = time.Time{}
 		}
 		if ctx.Err() != nil {
-			dl = time.Now()
+			dl = expiry()
 		}
 		_ = conn.SetReadDeadline(dl)
 		h, payload, err := readFrame(conn, hdr)
@@ -299,6 +359,7 @@ func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, p
 		switch h.Kind {
 		case kindHeartbeat:
 			acked = true
+			ackedFlag.Store(true)
 		case kindWelcome:
 			pids, err := decodeWelcome(payload, c.nranks)
 			if err != nil {

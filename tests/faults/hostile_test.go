@@ -1,0 +1,216 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/comm"
+)
+
+// The bootstrap's opening message (comm/frame.go): magic u64 | version
+// u32 | nranks u32 | rank u32 | pid u32 | 8 zero bytes, big endian.
+func helloBytes(magic uint64, version, nranks, rank, pid uint32) []byte {
+	b := make([]byte, 32)
+	binary.BigEndian.PutUint64(b[0:], magic)
+	binary.BigEndian.PutUint32(b[8:], version)
+	binary.BigEndian.PutUint32(b[12:], nranks)
+	binary.BigEndian.PutUint32(b[16:], rank)
+	binary.BigEndian.PutUint32(b[20:], pid)
+	return b
+}
+
+// A frame header (length u32 | kind u8 | 3 zero bytes | seq u32).
+func frameHeader(length uint32, kind byte) []byte {
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b, length)
+	b[4] = kind
+	return b
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// dialWhenUp dials addr until rank 0 listens there.
+func dialWhenUp(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 not listening at %s: %v", addr, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// timeToDrop sends payload (then keeps the connection open) and returns
+// how long rank 0 took to close it.
+func timeToDrop(conn net.Conn, payload []byte) (time.Duration, error) {
+	defer conn.Close()
+	t0 := time.Now()
+	if len(payload) > 0 {
+		if _, err := conn.Write(payload); err != nil {
+			return 0, err
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := io.Copy(io.Discard, conn) // until rank 0 closes
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return time.Since(t0), errors.New("still open after 5 s")
+	}
+	return time.Since(t0), nil
+}
+
+// Scenario 5: strangers on rank 0's bootstrap port while the job forms.
+// Each is dropped within 1 s, nothing panics, the claimed sizes are never
+// allocated, and the job then forms and computes correctly.
+func TestHostileBootstrapTraffic(t *testing.T) {
+	const nranks, rounds = 3, 8
+	id, err := comm.NewUniqueID()
+	require.NoError(t, err)
+	addr := id.Addr().String()
+	wrongMagic := id.Magic() ^ 0x5a5a
+	kinds := []struct {
+		name    string
+		payload func() []byte
+	}{
+		{"random-bytes", func() []byte { return randomBytes(4096) }},
+		{"wrong-magic", func() []byte { return helloBytes(wrongMagic, 1, nranks, 1, 4242) }},
+		{"truncated-hello", func() []byte { return helloBytes(id.Magic(), 1, nranks, 1, 4242)[:20] }},
+		{"frame-2^32-length", func() []byte { return append(frameHeader(0xffffffff, 3), 'x') }},
+		{"frame-16MiB-claim", func() []byte { return append(helloBytes(wrongMagic, 1, 3, 1, 1), frameHeader(16<<20, 3)...) }},
+		{"http", func() []byte { return []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n") }},
+		{"silent", func() []byte { return nil }},
+		{"reserved-bytes", func() []byte { b := helloBytes(id.Magic(), 1, nranks, 1, 4242); b[31] = 1; return b }},
+	}
+
+	type ready struct {
+		c   *comm.Comm
+		err error
+	}
+	root := make(chan ready, 1)
+	go func() {
+		c, err := comm.InitRank(context.Background(), id, nranks, 0, hostOpts())
+		root <- ready{c, err}
+	}()
+	dialWhenUp(t, addr).Close()
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var mu sync.Mutex
+	worstDrop := map[string]time.Duration{}
+	var wg sync.WaitGroup
+	for i := 0; i < rounds; i++ {
+		for _, k := range kinds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				conn, err := net.Dial("tcp", addr)
+				if !assert.NoError(t, err) {
+					return
+				}
+				d, err := timeToDrop(conn, k.payload())
+				assert.NoError(t, err, k.name)
+				assert.LessOrEqual(t, d, time.Second, "%s: dropped after %v", k.name, d)
+				mu.Lock()
+				worstDrop[k.name] = max(worstDrop[k.name], d)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	runtime.ReadMemStats(&after)
+	grew := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d hostile connections; heap allocated meanwhile: %d KiB; worst drop times: %v", rounds*len(kinds), grew>>10, worstDrop)
+	assert.Less(t, grew, uint64(4<<20), "strangers' claimed sizes must not be allocated")
+
+	// The job still forms.
+	comms := make([]*comm.Comm, nranks)
+	var wgj sync.WaitGroup
+	errs := make([]error, nranks)
+	for r := 1; r < nranks; r++ {
+		wgj.Add(1)
+		go func() {
+			defer wgj.Done()
+			comms[r], errs[r] = comm.InitRank(context.Background(), id, nranks, r, hostOpts())
+		}()
+	}
+	wgj.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	rr := <-root
+	require.NoError(t, rr.err, "rank 0")
+	comms[0] = rr.c
+	checkAllReduce(t, comms, 4096, 7)
+	closeAll(t, comms)
+}
+
+// A hostile "rank 0": after acknowledging a rank's hello it sends a frame
+// header claiming 2^32-1 bytes. The rank's init fails at once (not at its
+// timeout), without allocating the claim.
+func TestHostileRankZero(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				hello := make([]byte, 32)
+				if _, err := io.ReadFull(c, hello); err != nil {
+					return
+				}
+				_, _ = c.Write(frameHeader(0, 5)) // the ack
+				_, _ = c.Write(frameHeader(0xffffffff, 1))
+				time.Sleep(10 * time.Second)
+			}()
+		}
+	}()
+	ap, err := netipAddrPort(ln.Addr())
+	require.NoError(t, err)
+	id, err := comm.NewUniqueIDAt(ap)
+	require.NoError(t, err)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	opts := hostOpts()
+	opts.Timeout = 30 * time.Second
+	t0 := time.Now()
+	_, err = comm.InitRank(context.Background(), id, 2, 1, opts)
+	took := time.Since(t0)
+	runtime.ReadMemStats(&after)
+	require.Error(t, err)
+	t.Logf("rank 1's init failed after %v: %v", took, err)
+	assert.Less(t, took, 5*time.Second)
+	assert.Contains(t, err.Error(), "rank 0")
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20))
+}
+
+func netipAddrPort(a net.Addr) (netip.AddrPort, error) {
+	return netip.ParseAddrPort(a.String())
+}

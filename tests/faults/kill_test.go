@@ -1,0 +1,157 @@
+package faults
+
+import (
+	"fmt"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/comm"
+)
+
+// job is a set of rank children of one unique id.
+type job struct {
+	id    comm.UniqueID
+	ranks []*proc
+}
+
+// startJob starts nranks rank children with env added to each; extra[r]
+// adds to rank r's only.
+func startJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
+	t.Helper()
+	id, err := comm.NewUniqueID()
+	require.NoError(t, err)
+	j := &job{id: id}
+	for r := 0; r < nranks; r++ {
+		e := append([]string{childVar + "=rank", "FAULTS_ID=" + id.String(),
+			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
+		e = append(e, extra[r]...)
+		j.ranks = append(j.ranks, spawn(t, e...))
+	}
+	return j
+}
+
+// failure is a survivor's report.
+type failure struct {
+	rank    int
+	line    string
+	latency time.Duration // from the fault to the error
+}
+
+// survivors waits for every rank but victim to print prefix (FAILED or
+// INITFAIL) within bound of the fault at t0, and returns their reports.
+func (j *job) survivors(t *testing.T, victim int, prefix string, t0 time.Time, bound time.Duration) []failure {
+	t.Helper()
+	var out []failure
+	for r, p := range j.ranks {
+		if r == victim {
+			continue
+		}
+		left := time.Until(t0.Add(bound))
+		l := p.expect(t, prefix, max(left, 0)+time.Second) // the check below is the bound
+		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+		assert.LessOrEqual(t, lat, bound, "rank %d reported after %v: %s", r, lat, l)
+		out = append(out, failure{rank: r, line: l, latency: lat})
+	}
+	return out
+}
+
+func worst(fs []failure) time.Duration {
+	var w time.Duration
+	for _, f := range fs {
+		w = max(w, f.latency)
+	}
+	return w
+}
+
+// Scenario 1: SIGKILL one rank while every rank loops on a collective.
+// Every survivor's call fails within 10 s with a PeerError naming the dead
+// rank, and gives back what it held.
+func TestKillDuringCollective(t *testing.T) {
+	const nranks = 3
+	cases := []struct {
+		coll   string
+		count  int
+		victim int
+	}{
+		{"allreduce", 1000, 1},
+		{"allreduce", 1 << 21, 2}, // 8 MiB: two-shot, several staging rounds
+		{"allgather", 1000, 1},
+		{"allgather", 1 << 19, 2},
+		{"reducescatter", 1000, 1},
+		{"reducescatter", 1 << 19, 2},
+		{"allreduce", 1000, 0}, // rank 0 holds the bootstrap star
+		{"allgather", 1 << 19, 0},
+	}
+	var worstAll time.Duration
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/count=%d/victim=%d", tc.coll, tc.count, tc.victim), func(t *testing.T) {
+			j := startJob(t, nranks, []string{"FAULTS_COLL=" + tc.coll, "FAULTS_COUNT=" + strconv.Itoa(tc.count),
+				"FAULTS_HB=200ms", "GOCCL_TIMEOUT=30s"}, nil)
+			for _, p := range j.ranks {
+				p.expect(t, "ITER0", 20*time.Second)
+			}
+			time.Sleep(50 * time.Millisecond) // well inside the loop
+			t0 := time.Now()
+			require.NoError(t, j.ranks[tc.victim].cmd.Process.Signal(syscall.SIGKILL))
+			fs := j.survivors(t, tc.victim, "FAILED", t0, 10*time.Second)
+			for _, f := range fs {
+				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
+				assert.Equal(t, "true", field(f.line, "aborted"), f.line)
+				assert.Contains(t, rest(f.line, "err"), fmt.Sprintf("rank %d failed", tc.victim), f.line)
+				leak := j.ranks[f.rank].expect(t, "LEAK", 5*time.Second)
+				assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", leak, "rank %d after Close", f.rank)
+				assert.Equal(t, 1, j.ranks[f.rank].exitCode(t, 10*time.Second))
+			}
+			worstAll = max(worstAll, worst(fs))
+			t.Logf("worst time to error: %v", worst(fs))
+		})
+	}
+	t.Logf("scenario 1: %d runs, worst time to error %v", len(cases), worstAll)
+}
+
+// Scenario 2: SIGSTOP one rank. Survivors fail with a timeout naming it,
+// through the heartbeat (short interval) or through the collective's own
+// timeout (GOCCL_TIMEOUT, heartbeat made long); nothing hangs, and the
+// stopped rank, once continued, fails too instead of hanging.
+func TestStopDuringCollective(t *testing.T) {
+	const nranks = 3
+	cases := []struct {
+		name   string
+		env    []string
+		victim int
+		bound  time.Duration
+	}{
+		// 5 missed beats of 200 ms.
+		{"heartbeat/leaf", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 1, 5 * time.Second},
+		{"heartbeat/root", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 0, 5 * time.Second},
+		// The host backend's wait bound, heartbeat far longer.
+		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 8 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := startJob(t, nranks, append([]string{"FAULTS_COLL=allreduce", "FAULTS_COUNT=4096"}, tc.env...), nil)
+			for _, p := range j.ranks {
+				p.expect(t, "ITER0", 20*time.Second)
+			}
+			v := j.ranks[tc.victim]
+			t0 := time.Now()
+			require.NoError(t, v.cmd.Process.Signal(syscall.SIGSTOP))
+			fs := j.survivors(t, tc.victim, "FAILED", t0, tc.bound)
+			for _, f := range fs {
+				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the stopped rank: %s", f.rank, f.line)
+				assert.Equal(t, "true", field(f.line, "timeout"), "a stopped rank is a timeout (errors.Is ErrTimeout): %s", f.line)
+				assert.Equal(t, 1, j.ranks[f.rank].exitCode(t, 10*time.Second))
+			}
+			t.Logf("worst time to error: %v", worst(fs))
+			require.NoError(t, v.cmd.Process.Signal(syscall.SIGCONT))
+			l := v.expect(t, "FAILED", 10*time.Second)
+			t.Logf("the stopped rank, continued: %s", l)
+			assert.Equal(t, 1, v.exitCode(t, 10*time.Second))
+		})
+	}
+}
