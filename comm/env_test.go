@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestOptionsResolve(t *testing.T) {
 			assert.Equal(t, DefaultHeartbeatInterval, s.hbInterval)
 			assert.Nil(t, s.device)
 			assert.False(t, s.check)
-			assert.False(t, s.log.Enabled(nil, -1), "default level is WARN")
+			assert.False(t, s.log.Enabled(context.TODO(), -1), "default level is WARN")
 		}},
 		{"env", Options{}, map[string]string{"GOCCL_BACKEND": "HOST", "GOCCL_TIMEOUT": "2m", "GOCCL_TRANSPORT": "vmm", "GOCCL_ALGO": "oneshot", "GOCCL_CHECK": "1", "GOCCL_DEBUG": "TRACE"}, func(t *testing.T, s settings) {
 			assert.Equal(t, BackendHost, s.backend)
@@ -99,7 +100,7 @@ func TestOptionsResolve(t *testing.T) {
 			assert.Equal(t, "vmm", s.transport)
 			assert.Equal(t, "oneshot", s.algo)
 			assert.True(t, s.check)
-			assert.True(t, s.log.Enabled(nil, LevelTrace))
+			assert.True(t, s.log.Enabled(context.TODO(), LevelTrace))
 		}},
 		{"seconds", Options{}, map[string]string{"GOCCL_TIMEOUT": "7"}, func(t *testing.T, s settings) {
 			assert.Equal(t, 7*time.Second, s.timeout)

@@ -253,6 +253,9 @@ type jobRun struct {
 	res   *Result
 
 	live      int
+	order     []int // ranks in the order they were reaped
+	firstFail int   // the first failed rank reaped, -1 while none
+	killed    bool  // the grace period ran out and SIGKILL was sent
 	stopping  bool  // the launcher is tearing the job down
 	hung      []int // ranks still running when the timeout fired
 	canceled  error
@@ -262,6 +265,8 @@ type jobRun struct {
 
 func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 	j.live = len(j.procs)
+	j.firstFail = -1
+	defer j.pickFailed()
 	var timeoutC <-chan time.Time
 	if j.cfg.Timeout > 0 {
 		t := time.NewTimer(j.cfg.Timeout)
@@ -280,8 +285,9 @@ func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 			j.live--
 			ev.st.Stopped = j.res.Ranks[ev.rank].Stopped
 			j.res.Ranks[ev.rank] = ev.st
-			if ev.st.Failed() && j.res.FirstFailed < 0 && !j.stopping {
-				j.res.FirstFailed = ev.rank
+			j.order = append(j.order, ev.rank)
+			if ev.st.Failed() && j.firstFail < 0 && !j.stopping {
+				j.firstFail = ev.rank
 				j.cfg.Logger.Info("goccl run: rank failed; stopping the job", "rank", ev.rank, "status", ev.st.Describe())
 				j.stop()
 			}
@@ -310,9 +316,28 @@ func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 			j.stop()
 		case <-j.graceC:
 			j.graceC = nil
+			j.killed = true
 			for _, p := range j.procs {
 				p.signal(syscall.SIGKILL)
 			}
+		}
+	}
+}
+
+// pickFailed names the rank that failed first. Survivors of a killed rank
+// may exit (non-zero) before the killed one is reaped, so a rank that died
+// of a signal the launcher did not send outranks the first rank reaped.
+func (j *jobRun) pickFailed() {
+	if j.firstFail < 0 {
+		return
+	}
+	j.res.FirstFailed = j.firstFail
+	for _, r := range j.order {
+		st := j.res.Ranks[r]
+		ours := st.Stopped && (st.Signal == syscall.SIGTERM || (st.Signal == syscall.SIGKILL && j.killed))
+		if st.Failed() && st.Signal != 0 && !ours {
+			j.res.FirstFailed = r
+			return
 		}
 	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -129,7 +130,7 @@ func (b *backend) interrupted(ctx context.Context) error {
 	}
 	if by := atomic.LoadUint32(b.abortWord); by != 0 {
 		r := int(by) - 1
-		return b.fail(&collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w by rank %d", collectives.ErrAborted, r)})
+		return b.fail(&collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w (reported through shared memory)", collectives.ErrAborted)})
 	}
 	select {
 	case <-ctx.Done():
@@ -147,7 +148,15 @@ func (b *backend) fail(err error) error {
 		b.cfg.Logger.Warn("goccl host backend aborting", "rank", b.rank, "err", err)
 		b.amu.Lock()
 		if !b.unmapped {
-			atomic.CompareAndSwapUint32(b.abortWord, 0, uint32(b.rank)+1)
+			// Name the rank that failed, not the one that noticed: when
+			// the bootstrap hub itself is gone, this word is all the
+			// survivors learn.
+			blamed := b.rank
+			var pe *collectives.PeerError
+			if errors.As(err, &pe) && pe.Rank >= 0 {
+				blamed = pe.Rank
+			}
+			atomic.CompareAndSwapUint32(b.abortWord, 0, uint32(blamed)+1)
 			for _, w := range b.seq {
 				futexWake(w)
 			}

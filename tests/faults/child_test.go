@@ -151,7 +151,7 @@ func rankMain() int {
 		fmt.Println(leakLine(before, token, rank))
 		return 2
 	}
-	rank, nranks = c.Rank(), c.Size()
+	rank = c.Rank()
 	fmt.Printf("READY pid=%d rank=%d\n", os.Getpid(), rank)
 	code := loop(ctx, c)
 	_ = c.Close()
