@@ -161,7 +161,13 @@ func (c *Comm) runFailed(ctx context.Context, err error) error {
 	if fatal {
 		if ownTimeout {
 			c.boot.blame(pe.Rank, timeoutCause(pe.Cause))
-		} else if c.setAborted(err) {
+		}
+		// The bootstrap's failure (blame's, or one recorded meanwhile)
+		// names the rank at fault; otherwise this failure is the cause.
+		if f := c.boot.failure(); f != nil {
+			c.setAborted(f)
+		}
+		if c.setAborted(err) && !ownTimeout {
 			c.boot.abort(err, err.Error())
 		}
 		return *c.abortErr.Load()

@@ -140,6 +140,10 @@ func TestKillUnderLauncher(t *testing.T) {
 	t.Logf("survivors' worst time to error %v; launcher done after %v", worstLat, time.Since(t0))
 }
 
+// gocclDir holds the goccl binary built for this test binary run; TestMain
+// removes it.
+var gocclDir string
+
 // goccl builds cmd/goccl once per test binary run.
 var goccl = sync.OnceValues(func() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -151,6 +155,7 @@ var goccl = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	gocclDir = dir
 	bin := filepath.Join(dir, "goccl")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/goccl")
 	cmd.Dir = root
@@ -168,7 +173,6 @@ func TestKillUnderGocclRun(t *testing.T) {
 	}
 	bin, err := goccl()
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(bin)) })
 	const victim = 2
 	cmd := exec.Command(bin, "run", "-np", "3", "--tag-output", "--grace", "5s", "--timeout", "60s", os.Args[0], "-test.run=^$")
 	cmd.Env = rankEnv("FAULTS_COLL=reducescatter", "FAULTS_COUNT=4096", "FAULTS_HB=200ms")

@@ -27,7 +27,11 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(childVar); mode != "" {
 		os.Exit(childMain(mode))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if gocclDir != "" {
+		_ = os.RemoveAll(gocclDir)
+	}
+	os.Exit(code)
 }
 
 // long reports whether the long variants were asked for.

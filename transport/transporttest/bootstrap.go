@@ -74,6 +74,14 @@ func (b *boot) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
 	g := b.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// Wake the wait below when ctx ends, so a rank that gives up does not
+	// leave the others asleep.
+	stop := context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	defer stop()
 	my := g.round
 	g.data[b.rank] = append([]byte(nil), data...)
 	g.arrived++

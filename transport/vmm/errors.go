@@ -1,35 +1,20 @@
 package vmm
 
 import (
-	"errors"
-	"fmt"
+	"context"
+
+	"github.com/goccl/goccl/transport"
 )
 
-// ErrPeerFailed is wrapped by the error of every rank whose own steps
-// succeeded when a peer's did not; all ranks then undo the operation
-// together.
-var ErrPeerFailed = errors.New("vmm: a peer rank failed")
+// ErrPeerFailed and StepError are transport's (see transport.Agree).
+var ErrPeerFailed = transport.ErrPeerFailed
 
-// StepError says which step failed, on which rank, and for which peer. On
-// the rank where it failed, Err is the driver's (or bootstrap's) error; on
-// the other ranks Err wraps ErrPeerFailed and carries the failing rank's
-// message.
-type StepError struct {
-	Rank int    // the rank where the step failed
-	Step string // e.g. "cuMemAlloc"
-	Peer int    // the peer the step concerned, or -1
-	Err  error
-}
-
-func (e *StepError) Error() string {
-	if e.Peer >= 0 {
-		return fmt.Sprintf("vmm: rank %d: %s (peer %d): %v", e.Rank, e.Step, e.Peer, e.Err)
-	}
-	return fmt.Sprintf("vmm: rank %d: %s: %v", e.Rank, e.Step, e.Err)
-}
-
-func (e *StepError) Unwrap() error { return e.Err }
+type StepError = transport.StepError
 
 func stepErr(rank int, step string, peer int, err error) *StepError {
-	return &StepError{Rank: rank, Step: step, Peer: peer, Err: err}
+	return &StepError{Transport: "vmm", Rank: rank, Step: step, Peer: peer, Err: err}
+}
+
+func agree(ctx context.Context, b transport.Bootstrap, local *StepError, payload []byte) ([][]byte, error) {
+	return transport.Agree(ctx, b, "vmm", local, payload)
 }
