@@ -2,10 +2,14 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/transport"
@@ -19,12 +23,14 @@ type backend struct {
 	algo    collectives.Algorithm // forced, or "" for by size
 
 	seg       *shm.Segment
-	seq       []*uint32   // every rank's step counter
-	waiters   []*uint32   // every rank's sleeper count
-	abortWord *uint32     // rank 0's abort word, the job's
-	desc      [2][][]byte // desc[p][r]: rank r's call descriptor for parity p
-	stage     [2][][]byte // stage[p][r]: rank r's staging half p
-	step      uint32      // the last step this rank arrived at
+	seq       []*uint32     // every rank's step counter
+	waiters   []*uint32     // every rank's sleeper count
+	abortWord *uint32       // rank 0's abort word, the job's
+	desc      [2][][]byte   // desc[p][r]: rank r's call descriptor for parity p
+	stage     [2][][]byte   // stage[p][r]: rank r's staging half p
+	step      uint32        // the last step this rank arrived at
+	spins     int           // busy polls before yielding (0 when oversubscribed)
+	napFor    time.Duration // goroutine naps before futex sleeps (ranks sharing a process)
 
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
@@ -62,6 +68,10 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
 		}
 	}
+	spins, napFor, err := waitPolicy(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("host backend: %w", err)
+	}
 	half := cfg.StagingBytes
 	seg, err := shm.Map(ctx, b, ctrlBytes+2*half)
 	if err != nil {
@@ -70,7 +80,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	be := &backend{
 		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
 		seq: make([]*uint32, n), waiters: make([]*uint32, n),
-		srcs: make([][]byte, n),
+		srcs: make([][]byte, n), spins: spins, napFor: napFor,
 	}
 	for p := 0; p < 2; p++ {
 		be.desc[p] = make([][]byte, n)
@@ -89,6 +99,32 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	cfg.Logger.Debug("goccl host backend ready", "rank", rank, "nranks", n,
 		"staging", half, "algo", cfg.Algo, "oneShotMax", cfg.OneShotMax, "timeout", cfg.Timeout)
 	return be, nil
+}
+
+// waitPolicy decides how this rank waits for peers. Spinning pays only
+// while every rank has a CPU to itself; with more ranks than CPUs a spinner
+// steals the time its peer needs. Goroutine naps keep the Ps of ranks that
+// share this process running; a rank alone in its process sleeps on the
+// futex at once, which wakes far sooner than a timer nap.
+func waitPolicy(ctx context.Context, b transport.Bootstrap) (spins int, napFor time.Duration, err error) {
+	pids, err := b.AllGather(ctx, binary.LittleEndian.AppendUint32(nil, uint32(os.Getpid())))
+	if err != nil {
+		return 0, 0, fmt.Errorf("exchange pids: %w", err)
+	}
+	same := 0
+	for _, p := range pids {
+		if len(p) == 4 && binary.LittleEndian.Uint32(p) == uint32(os.Getpid()) {
+			same++
+		}
+	}
+	spins = spinLoads
+	if len(pids) > runtime.NumCPU() {
+		spins = 0
+	}
+	if same > 1 {
+		napFor = napPhase
+	}
+	return spins, napFor, nil
 }
 
 // Run executes one collective synchronously. Every rank must make the same

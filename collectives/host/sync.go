@@ -76,12 +76,16 @@ func (b *backend) parity() int { return int((b.step + 1) & 1) }
 
 func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 	w := b.seq[q]
-	for i := 0; i < spinLoads; i++ {
+	for i := 0; i < b.spins; i++ {
 		if reached(atomic.LoadUint32(w), s) {
 			return nil
 		}
 	}
-	for i := 0; i < yieldLoops; i++ {
+	yields := yieldLoops
+	if b.spins == 0 {
+		yields = 1
+	}
+	for i := 0; i < yields; i++ {
 		runtime.Gosched()
 		if reached(atomic.LoadUint32(w), s) {
 			return nil
@@ -104,7 +108,7 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 			return b.fail(&collectives.PeerError{Rank: q, Cause: fmt.Errorf(
 				"host: rank %d waited %v for rank %d at step %d: %w", b.rank, b.cfg.Timeout, q, s, collectives.ErrTimeout)})
 		}
-		if now.Sub(start) < napPhase {
+		if now.Sub(start) < b.napFor {
 			// Short naps park only this goroutine: ranks sharing the
 			// process (and its Ps) keep running. A futex sleep would hold
 			// the P until the scheduler's monitor takes it back.
