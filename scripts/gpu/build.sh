@@ -9,6 +9,7 @@ mkdir -p .gpu
 go build -ldflags="-s -w" -o .gpu/goccl ./cmd/goccl
 go build -ldflags="-s -w" -o .gpu/conformance ./tests/conformance
 go build -ldflags="-s -w" -o .gpu/gradavg ./examples/gradavg
+go build -ldflags="-s -w" -o .gpu/gpufaults ./tests/gpufaults
 go test -c -ldflags="-s -w" -o .gpu/cuda.test ./internal/cuda
 go test -c -ldflags="-s -w" -o .gpu/gpu.test ./collectives/gpu
 for p in uva ipc vmm; do

@@ -34,6 +34,9 @@ record() {
   elif grep -q 'conformance: rank' "$log"; then
     cases=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*: ([0-9]+) cases.*/\1/' | awk '{s+=$1} END {print s+0}')
     failed=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*cases, ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+  elif grep -qE '^gpufaults: [a-z]+: (PASS|FAIL)' "$log"; then
+    cases=$(grep -cE '^gpufaults: [a-z]+: (PASS|FAIL)' "$log")
+    failed=$(grep -cE '^gpufaults: [a-z]+: FAIL' "$log")
   else
     cases=$(grep -cE '^\s*--- (PASS|FAIL)' "$log")
     failed=$(grep -cE '^\s*--- FAIL' "$log")
@@ -78,6 +81,11 @@ else
   rows+=("$(printf '%-34s %8s %8s %5s %7s' "2 procs, Open MPI mpirun" - "no mpirun" 1 -)"); bad=1
 fi
 step "1 rank, 1 GPU" 120 "$B/goccl" run -np 1 "${CONF[@]}"
+# Issue 7 on GPUs: a rank killed while its peer's kernel spins (the
+# launcher's exit status is the killed rank's, so only the survivor's
+# verdict counts), then create/destroy cycles.
+step "fault: rank killed mid-AllReduce" 90 bash -c 'out=$("$0" run -np 2 --grace 60s "$1" --mode kill 2>&1); echo "$out"; grep -q "^gpufaults: kill: PASS" <<<"$out"' "$B/goccl" "$B/gpufaults"
+step "fault: GPU comm create/destroy" 150 "$B/gpufaults" --mode cycles --cycles 1000 --budget ${GOCCL_SUITE_CYCLE_BUDGET:-100s}
 step "example gradavg, 2 ranks" 60 "$B/goccl" run -np 2 "$B/gradavg"
 
 echo
