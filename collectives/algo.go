@@ -10,7 +10,8 @@ const (
 	OneShot Algorithm = "oneshot"
 	// TwoShot: reduce-scatter then all-gather, chunked through staging.
 	TwoShot Algorithm = "twoshot"
-	// CopyEngine: cuMemcpyAsync on peer addresses (Broadcast, AllGather).
+	// CopyEngine: cuMemcpyAsync on peer addresses (Broadcast, AllGather
+	// into registered receive buffers), no kernel.
 	CopyEngine Algorithm = "ce"
 )
 
@@ -44,4 +45,24 @@ func ChooseAlgorithm(c Collective, bytes int64, nranks int, forced Algorithm) Al
 		return TwoShot
 	}
 	return OneShot
+}
+
+// CopyEngineMinBytes is the size (each rank's input) from which Broadcast
+// and AllGather into registered buffers use the copy engines: below it the
+// stream memory operations that order a copy-engine call cost more than a
+// kernel's whole run.
+const CopyEngineMinBytes = 1 << 20
+
+// Choose extends ChooseAlgorithm with the copy-engine path: Broadcast and
+// AllGather whose receive buffer is registered (on every rank, same offset:
+// see collectives/gpu) use CopyEngine from CopyEngineMinBytes, or at any
+// size when forced to; any other forced algorithm keeps kernels.
+// registered must be computed the same way on every rank, so that every
+// rank takes the same path.
+func Choose(c Collective, bytes int64, nranks int, forced Algorithm, registered bool) Algorithm {
+	if registered && (c == Broadcast || c == AllGather) &&
+		(forced == CopyEngine || (forced == "" && bytes >= CopyEngineMinBytes)) {
+		return CopyEngine
+	}
+	return ChooseAlgorithm(c, bytes, nranks, forced)
 }

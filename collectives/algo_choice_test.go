@@ -35,3 +35,38 @@ func TestChooseAlgorithm(t *testing.T) {
 		})
 	}
 }
+
+func TestChooseCopyEngine(t *testing.T) {
+	const mi = CopyEngineMinBytes
+	cases := []struct {
+		name       string
+		c          Collective
+		bytes      int64
+		forced     Algorithm
+		registered bool
+		want       Algorithm
+	}{
+		{"broadcast registered at threshold", Broadcast, mi, "", true, CopyEngine},
+		{"broadcast registered below threshold", Broadcast, mi - 1, "", true, OneShot},
+		{"broadcast unregistered large", Broadcast, 1 << 30, "", false, OneShot},
+		{"allgather registered large", AllGather, 1 << 30, "", true, CopyEngine},
+		{"allgather registered small", AllGather, 8, "", true, OneShot},
+		{"allgather unregistered forced ce", AllGather, 1 << 30, CopyEngine, false, OneShot},
+		{"allgather registered small forced ce", AllGather, 8, CopyEngine, true, CopyEngine},
+		{"broadcast registered large forced oneshot", Broadcast, 1 << 30, OneShot, true, OneShot},
+		{"broadcast registered large forced twoshot keeps kernels", Broadcast, 1 << 30, TwoShot, true, OneShot},
+		{"allreduce registered large has no ce", AllReduce, 1 << 30, "", true, TwoShot},
+		{"allreduce registered forced ce at 8 ranks", AllReduce, 1 << 30, CopyEngine, true, TwoShot},
+		{"reducescatter registered large", ReduceScatter, 1 << 30, "", true, OneShot},
+		{"reduce registered forced ce", Reduce, 1 << 30, CopyEngine, true, OneShot},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nranks := 2
+			if tc.c == AllReduce {
+				nranks = 8
+			}
+			assert.Equal(t, tc.want, Choose(tc.c, tc.bytes, nranks, tc.forced, tc.registered))
+		})
+	}
+}

@@ -20,12 +20,23 @@ import (
 // over the fake driver and mapper.
 func newFakeBackends(t *testing.T, n int, cfg Config) ([]*Backend, []*fakeDriver, []*fakeMapper) {
 	t.Helper()
+	return newFakeBackendsWith(t, n, cfg, nil)
+}
+
+// newFakeBackendsWith lets prep adjust each rank's driver before New; the
+// drivers' op logs start empty after New (the probe's ops dropped) and
+// their failure injection is cleared.
+func newFakeBackendsWith(t *testing.T, n int, cfg Config, prep func(rank int, d *fakeDriver)) ([]*Backend, []*fakeDriver, []*fakeMapper) {
+	t.Helper()
 	g := transporttest.NewGroup(n)
 	bes := make([]*Backend, n)
 	drvs := make([]*fakeDriver, n)
 	maps := make([]*fakeMapper, n)
 	err := g.Run(func(rank int, b transport.Bootstrap) error {
 		drvs[rank] = newFakeDriver()
+		if prep != nil {
+			prep(rank, drvs[rank])
+		}
 		mk := func(_ context.Context, name string, _ cuda.Driver, b transport.Bootstrap, _ cuda.Device, _ cuda.Context) (transport.Mapper, error) {
 			maps[rank] = &fakeMapper{b: b}
 			return maps[rank], nil
@@ -37,6 +48,9 @@ func newFakeBackends(t *testing.T, n int, cfg Config) ([]*Backend, []*fakeDriver
 		return err
 	})
 	require.NoError(t, err)
+	for _, d := range drvs {
+		d.ops, d.failOn = nil, ""
+	}
 	return bes, drvs, maps
 }
 
@@ -158,17 +172,18 @@ func TestAbortFailsRunAndSetsFlag(t *testing.T) {
 
 func TestCloseReleasesEverything(t *testing.T) {
 	bes, drvs, maps := newFakeBackends(t, 2, Config{})
+	allocAll(t, bes, 4096)
 	for r, be := range bes {
-		_, _, err := be.Alloc(context.Background(), 4096)
-		require.NoError(t, err)
 		require.NoError(t, be.Close())
 		assert.Len(t, maps[r].freed, 2, "workspace and registration")
 		assert.Equal(t, 1, drvs[r].unloaded)
 		assert.Equal(t, 1, drvs[r].freed)
 		assert.Equal(t, 1, drvs[r].released)
+		assert.Zero(t, drvs[r].streams, "copy-engine streams destroyed")
+		assert.Zero(t, drvs[r].events, "copy-engine events destroyed")
 		require.NoError(t, be.Close(), "second close is a no-op")
 		assert.Equal(t, 1, drvs[r].released)
-		err = be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 4, Type: collectives.Float32})
+		err := be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 4, Type: collectives.Float32})
 		assert.ErrorIs(t, err, collectives.ErrClosed)
 	}
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"unsafe"
 
@@ -21,6 +22,160 @@ type fakeDriver struct {
 	released int
 	unloaded int
 	freed    int
+
+	// Stream-ordered work, in enqueue order, for the exact-sequence tests
+	// and the simulator (sim_test.go).
+	ops        []fakeOp
+	nextHandle uintptr
+	records    map[cuda.Event]uint64 // latest record of each event
+	capturing  map[cuda.Stream]bool
+	failOn     string // an op kind that fails (after failAfter successes)
+	failAfter  int
+	streams    int // created minus destroyed
+	events     int
+	syncs      int  // CtxSynchronize calls
+	quiet      bool // record nothing (allocation tests)
+}
+
+// fakeOp is one stream-ordered operation.
+type fakeOp struct {
+	kind   string // launch copy write wait record waitEvent memset8 memset32 htod dtoh
+	stream cuda.Stream
+	dst    uintptr
+	src    uintptr
+	n      uint64
+	val    uint32
+	geq    bool
+	event  cuda.Event
+	rec    uint64 // record: its id; waitEvent: the record it waits for
+	data   []byte // htod: the bytes
+	host   []byte // dtoh: where the bytes land
+	name   string // launch: the kernel
+}
+
+var errFake = errors.New("fake driver failure")
+
+// op appends o unless the failure injection says otherwise; f.mu is held.
+func (f *fakeDriver) op(o fakeOp) error {
+	if f.failOn == o.kind {
+		if f.failAfter == 0 {
+			return errFake
+		}
+		f.failAfter--
+	}
+	if !f.quiet {
+		f.ops = append(f.ops, o)
+	}
+	return nil
+}
+
+func (f *fakeDriver) handle() uintptr { f.nextHandle++; return 0x5000 + f.nextHandle }
+
+func (f *fakeDriver) DeviceAttribute(cuda.Device, cuda.DeviceAttribute) (int, error) { return 1, nil }
+func (f *fakeDriver) StreamCreate(cuda.Context, bool) (cuda.Stream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failOn == "streamCreate" {
+		return 0, errFake
+	}
+	f.streams++
+	return cuda.Stream(f.handle()), nil
+}
+func (f *fakeDriver) StreamDestroy(cuda.Context, cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.streams--
+	return nil
+}
+func (f *fakeDriver) EventCreate(cuda.Context, bool) (cuda.Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events++
+	return cuda.Event(f.handle()), nil
+}
+func (f *fakeDriver) EventDestroy(cuda.Context, cuda.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events--
+	return nil
+}
+func (f *fakeDriver) StreamSynchronize(cuda.Context, cuda.Stream) error { return nil }
+func (f *fakeDriver) StreamIsCapturing(_ cuda.Context, s cuda.Stream) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failOn == "isCapturing" {
+		return false, errFake
+	}
+	return f.capturing[s], nil
+}
+func (f *fakeDriver) EventRecord(_ cuda.Context, e cuda.Event, s cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.records == nil {
+		f.records = map[cuda.Event]uint64{}
+	}
+	id := f.records[e] + 1
+	if err := f.op(fakeOp{kind: "record", stream: s, event: e, rec: id}); err != nil {
+		return err
+	}
+	f.records[e] = id
+	return nil
+}
+func (f *fakeDriver) StreamWaitEvent(_ cuda.Context, s cuda.Stream, e cuda.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "waitEvent", stream: s, event: e, rec: f.records[e]})
+}
+func (f *fakeDriver) MemcpyAsync(_ cuda.Context, dst, src cuda.DevicePtr, n uint64, s cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "copy", stream: s, dst: uintptr(dst), src: uintptr(src), n: n})
+}
+func (f *fakeDriver) StreamWriteValue32(_ cuda.Context, s cuda.Stream, addr cuda.DevicePtr, v uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "write", stream: s, dst: uintptr(addr), val: v})
+}
+func (f *fakeDriver) StreamWaitValue32(_ cuda.Context, s cuda.Stream, addr cuda.DevicePtr, v uint32, geq bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "wait", stream: s, dst: uintptr(addr), val: v, geq: geq})
+}
+func (f *fakeDriver) MemsetD8Async(_ cuda.Context, dst cuda.DevicePtr, v uint8, n uint64, s cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "memset8", stream: s, dst: uintptr(dst), val: uint32(v), n: n})
+}
+func (f *fakeDriver) MemcpyHtoDAsync(_ cuda.Context, dst cuda.DevicePtr, src unsafe.Pointer, n uint64, s cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data := append([]byte(nil), unsafe.Slice((*byte)(src), n)...)
+	return f.op(fakeOp{kind: "htod", stream: s, dst: uintptr(dst), n: n, data: data})
+}
+func (f *fakeDriver) MemcpyDtoHAsync(_ cuda.Context, dst unsafe.Pointer, src cuda.DevicePtr, n uint64, s cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "dtoh", stream: s, src: uintptr(src), n: n, host: unsafe.Slice((*byte)(dst), n)})
+}
+
+// opsOf returns the ops of kinds (all when none given).
+func (f *fakeDriver) opsOf(kinds ...string) []fakeOp {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []fakeOp
+	for _, o := range f.ops {
+		if len(kinds) == 0 {
+			out = append(out, o)
+			continue
+		}
+		for _, k := range kinds {
+			if o.kind == k {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
 }
 
 type fakeLaunch struct {
@@ -36,10 +191,17 @@ func (f *fakeDriver) PrimaryCtxRetain(dev cuda.Device) (cuda.Context, error) {
 	return cuda.Context(0x1000 + int(dev)), nil
 }
 func (f *fakeDriver) PrimaryCtxRelease(cuda.Device) error { f.released++; return nil }
-func (f *fakeDriver) MemsetD32Async(cuda.Context, cuda.DevicePtr, uint32, uint64, cuda.Stream) error {
+func (f *fakeDriver) MemsetD32Async(_ cuda.Context, dst cuda.DevicePtr, v uint32, n uint64, s cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.op(fakeOp{kind: "memset32", stream: s, dst: uintptr(dst), val: v, n: n})
+}
+func (f *fakeDriver) CtxSynchronize(cuda.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.syncs++
 	return nil
 }
-func (f *fakeDriver) CtxSynchronize(cuda.Context) error { return nil }
 func (f *fakeDriver) MemAllocHost(cuda.Context, uint64) (unsafe.Pointer, error) {
 	m := new([16]uint32)
 	f.hostMem = append(f.hostMem, m)
@@ -62,24 +224,29 @@ func (f *fakeDriver) LaunchKernel(_ cuda.Context, fn cuda.Function, cfg cuda.Lau
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.launches = append(f.launches, fakeLaunch{name: f.names[fn], cfg: cfg, params: append([]byte(nil), params...)})
-	return nil
+	return f.op(fakeOp{kind: "launch", stream: cfg.Stream, name: f.names[fn]})
 }
 
-// fakeMapper hands out made-up addresses: rank r's copy of a region at
-// base + r*0x1_0000_0000.
+// fakeMapper hands out made-up addresses in one address space: rank r's
+// copy of a region at base + r*0x1_0000_0000 (Alloc: bases 0x1000_0000,
+// 0x2000_0000, ... in call order; Register(ptr) on rank r: base ptr - r<<32).
 type fakeMapper struct {
-	b     transport.Bootstrap
-	next  uintptr
-	freed []*transport.Region
+	b      transport.Bootstrap
+	next   uintptr
+	allocs int
+	regs   int
+	freed  []*transport.Region
 }
 
 func (m *fakeMapper) Name() string { return "fake" }
 func (m *fakeMapper) Alloc(_ context.Context, size uint64) (*transport.Region, error) {
 	m.next += 0x10000000
+	m.allocs++
 	return m.region(m.next, size), nil
 }
 func (m *fakeMapper) Register(_ context.Context, ptr uintptr, size uint64) (*transport.Region, error) {
-	return m.region(ptr, size), nil
+	m.regs++
+	return m.region(ptr-uintptr(m.b.Rank())<<32, size), nil
 }
 func (m *fakeMapper) region(base uintptr, size uint64) *transport.Region {
 	r := &transport.Region{Size: size, Peers: make([]uintptr, m.b.Size())}

@@ -20,7 +20,7 @@ import (
 type Config struct {
 	Device    int    // CUDA device ordinal this rank drives
 	Transport string // "", "uva", "ipc", "vmm" (GOCCL_TRANSPORT); "" chooses
-	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot"
+	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot", "ce"
 	// MaxBlocks caps the blocks of one launch (0: default 64, at most 128).
 	MaxBlocks int
 }
@@ -56,8 +56,10 @@ type Backend struct {
 	aborted atomic.Bool
 	cause   atomic.Pointer[error]
 
-	regMu sync.Mutex
-	regs  map[*registration]struct{}
+	// regs are the live registrations sorted by base (guarded by mu): Run
+	// looks a receive buffer up in it for the copy-engine path.
+	regs []*registration
+	ce   copyEngine
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -101,7 +103,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		maxGrid = maxBlocks
 	}
 	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, slotBytes: defaultSlotBytes,
-		maxGrid: maxGrid, forced: forced, prm: new(params), regs: map[*registration]struct{}{}}
+		maxGrid: maxGrid, forced: forced, prm: new(params)}
 	defer func() {
 		if err != nil {
 			be.release(context.WithoutCancel(ctx))
@@ -167,11 +169,14 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, be.slotBytes)
 
+	if err = be.setupCE(ctx, ws.Local, ws.Peers); err != nil {
+		return nil, err
+	}
 	if err = b.Barrier(ctx); err != nil {
 		return nil, fmt.Errorf("gpu backend: init barrier: %w", err)
 	}
 	slog.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
-		"transport", name, "algo", string(forced), "staging", staging)
+		"transport", name, "algo", string(forced), "staging", staging, "copy_engines", be.ce.ok)
 	return be, nil
 }
 
@@ -203,7 +208,9 @@ func chooseTransport(ctx context.Context, b transport.Bootstrap, forced string) 
 }
 
 // Abort makes running kernels bail out of their waits and every later Run
-// fail with an error wrapping cause and collectives.ErrAborted.
+// fail with an error wrapping cause and collectives.ErrAborted. Copy-engine
+// waits do not poll the abort flag: Abort releases them, best effort (see
+// ce.go).
 func (be *Backend) Abort(cause error) {
 	if cause == nil {
 		cause = errors.New("aborted")
@@ -214,6 +221,7 @@ func (be *Backend) Abort(cause error) {
 	if be.abortHost != nil {
 		atomic.StoreUint32((*uint32)(be.abortHost), 1)
 	}
+	be.rescueCE()
 }
 
 func (be *Backend) abortErr() error {
@@ -245,15 +253,16 @@ func (be *Backend) release(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("gpu backend: synchronize: %w", err))
 		}
 	}
-	be.regMu.Lock()
+	be.mu.Lock()
 	regs := be.regs
-	be.regs = map[*registration]struct{}{}
-	be.regMu.Unlock()
-	for r := range regs {
+	be.regs = nil
+	be.mu.Unlock()
+	for _, r := range regs {
 		if err := r.free(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, be.releaseCE()...)
 	if be.workspace != nil {
 		if err := be.mapper.Free(ctx, be.workspace); err != nil {
 			errs = append(errs, fmt.Errorf("gpu backend: free workspace: %w", err))

@@ -38,9 +38,6 @@ const (
 	paramSize      = 264
 )
 
-// Kernel flags (kFlag* in common.cuh).
-const flagZeroCopy = 1
-
 // params is one packed goccl::Params. The communicator-constant part is
 // written once at init; each launch rewrites only the per-call fields.
 type params [paramSize]byte

@@ -22,6 +22,28 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	}
 	size := a.Type.Size()
 	bytes := int64(a.Count) * int64(size)
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return collectives.ErrClosed
+	}
+	if be.ce.ok && (a.Coll == collectives.Broadcast || a.Coll == collectives.AllGather) {
+		if reg := be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))); reg != nil &&
+			collectives.Choose(a.Coll, bytes, be.nranks, be.forced, true) == collectives.CopyEngine {
+			// Captured into a graph, a host-side sequence number would be
+			// replayed frozen: kernels keep their epochs on the device.
+			capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
+			if err != nil {
+				// The peers may already wait for this call on the
+				// copy-engine path: stop them too.
+				be.Abort(fmt.Errorf("gpu backend: %s: stream capture status: %w", a.Coll, err))
+				return be.abortErr()
+			}
+			if !capturing {
+				return be.runCE(a, reg, uint64(bytes))
+			}
+		}
+	}
 	algo := collectives.ChooseAlgorithm(a.Coll, bytes, be.nranks, be.forced)
 	f := familyOf(a.Coll, algo)
 
@@ -32,11 +54,6 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	grid := int((perBlock + gridBytesPerBlock - 1) / gridBytesPerBlock)
 	grid = max(1, min(grid, be.maxGrid))
 
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	if be.closed {
-		return collectives.ErrClosed
-	}
 	fn := be.fns.get(f, a.Type, a.Op)
 	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size)
 	cfg := cuda.LaunchConfig{

@@ -37,6 +37,11 @@ if [ "${1:-}" != quick ]; then
   for c in broadcast all_gather reduce_scatter; do
     run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
   done
+  # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
+  # NCCL runs as above (eager, its own buffers).
+  for c in broadcast all_gather; do
+    run "${c}_reg" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -R 2 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
+  done
 fi
 echo
 for f in "$D"/goccl_*.json; do

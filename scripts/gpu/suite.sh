@@ -74,6 +74,11 @@ done
 step "2 procs, goccl run, ipc" 150 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "${CONF[@]}"
 step "2 procs, goccl run, vmm, large" 300 env GOCCL_TRANSPORT=vmm "$B/goccl" run -np 2 "${CONF[@]}" ${LARGE:+--large $LARGE}
 [ -n "$HUGE" ] && step "2 procs, goccl run, ipc, $HUGE" 240 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "$B/conformance" --backend gpu --counts 1 --large "$HUGE"
+# Registered buffers (comm.Alloc): Broadcast/AllGather from 1 MiB take the
+# copy-engine path (cuMemcpyAsync into the peers' buffers, stream memory ops).
+REG=("$B/conformance" --backend gpu --register --colls broadcast,all_gather --counts 0,1,7,4095,1048579 --large 64Mi)
+step "2 procs, vmm, registered (ce)" 180 env GOCCL_TRANSPORT=vmm "$B/goccl" run -np 2 "${REG[@]}"
+step "2 procs, ipc, registered (ce)" 180 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "${REG[@]}"
 step "2 GPUs in 1 proc (uva)" 150 "${CONF[@]}" --inprocess 2
 if command -v mpirun >/dev/null; then
   step "2 procs, Open MPI mpirun" 150 mpirun --allow-run-as-root -np 2 "${CONF[@]}"

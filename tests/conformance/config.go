@@ -40,6 +40,7 @@ type config struct {
 	graph      int
 	stress     int
 	inprocess  int
+	register   bool // matrix buffers from the communicator's Alloc (registered)
 	timeout    time.Duration
 	show       int // failures printed per rank
 }
@@ -60,6 +61,8 @@ const usage = `usage: conformance [flags]   (one rank; start it under goccl run,
   --graph N                  GPU: capture one call per collective in a CUDA graph, replay N times with new inputs
   --stress N                 N back-to-back mixed collectives on one stream, then check every buffer
   --inprocess N              N ranks in this process (comm.InitAll; UVA on GPUs), no launcher
+  --register                 GPU: the matrix's buffers come from the communicator's Alloc
+                             (registered: Broadcast/AllGather may take the copy-engine path)
   --timeout D                bound on the whole run                  [30m]
   --show N                   failures printed per rank               [10]
 `
@@ -83,6 +86,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.IntVar(&c.graph, "graph", 0, "")
 	fs.IntVar(&c.stress, "stress", 0, "")
 	fs.IntVar(&c.inprocess, "inprocess", 0, "")
+	fs.BoolVar(&c.register, "register", false, "")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "")
 	fs.IntVar(&c.show, "show", 10, "")
 	if err := fs.Parse(args); err != nil {
@@ -147,6 +151,8 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("%w: --timeout %v must be positive", errUsage, c.timeout)
 	case c.graph > 0 && c.backend == "host":
 		return nil, fmt.Errorf("%w: --graph needs the gpu backend", errUsage)
+	case c.register && c.backend == "host":
+		return nil, fmt.Errorf("%w: --register needs the gpu backend", errUsage)
 	}
 	return c, nil
 }

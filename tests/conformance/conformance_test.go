@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +53,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--backend", "tpu"}, "--backend"},
 		{[]string{"--large", "huge"}, "--large"},
 		{[]string{"--graph", "5", "--backend", "host"}, "--graph needs"},
+		{[]string{"--register", "--backend", "host"}, "--register needs"},
 		{[]string{"--stress", "-1"}, ">= 0"},
 		{[]string{"--timeout", "0s"}, "--timeout"},
 		{[]string{"extra"}, "unexpected"},
@@ -187,4 +190,100 @@ func (o overrun) Run(ctx context.Context, a *collectives.Args) error {
 	b := (*[1 << 20]byte)(ptrOf(a.Recv))
 	b[a.RecvBytes(o.Size())] ^= 0xFF
 	return nil
+}
+
+// registering gives a fake communicator Alloc from host memory and counts
+// what it hands out and gets back. A registered buffer reaches the program
+// as a bare pointer (as device memory does); regSpace maps it back to the
+// host mapping for the host space's copies.
+type registering struct {
+	*checktest.Comm
+	space          *regSpace
+	mu             sync.Mutex
+	sizes          []int
+	live, released int
+}
+
+func (c *registering) Register(context.Context, uintptr, int) (func(context.Context) error, error) {
+	return nil, errors.New("not used")
+}
+
+func (c *registering) Alloc(_ context.Context, size int) (uintptr, func(context.Context) error, error) {
+	b, err := c.space.Host.Alloc(size)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.space.add(b)
+	c.mu.Lock()
+	c.sizes = append(c.sizes, size)
+	c.live++
+	c.mu.Unlock()
+	return b.Ptr, func(context.Context) error {
+		c.mu.Lock()
+		c.live--
+		c.released++
+		c.mu.Unlock()
+		return c.space.Host.Free(b)
+	}, nil
+}
+
+type regSpace struct {
+	*membuf.Host
+	mu   sync.Mutex
+	bufs map[uintptr]membuf.Buffer
+}
+
+func (s *regSpace) add(b membuf.Buffer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bufs[b.Ptr] = b
+}
+
+func (s *regSpace) real(b membuf.Buffer) membuf.Buffer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.bufs[b.Ptr]; ok {
+		return r
+	}
+	return b
+}
+
+func (s *regSpace) CopyIn(b membuf.Buffer, off int, src []byte) error {
+	return s.Host.CopyIn(s.real(b), off, src)
+}
+func (s *regSpace) CopyOut(dst []byte, b membuf.Buffer, off int) error {
+	return s.Host.CopyOut(dst, s.real(b), off)
+}
+func (s *regSpace) Fill(b membuf.Buffer, off, n int, v byte) error {
+	return s.Host.Fill(s.real(b), off, n, v)
+}
+
+func TestRegisterAllocatesThroughTheCommunicator(t *testing.T) {
+	cfg, err := parseConfig([]string{"--register", "--counts", "0,5,100", "--colls", "broadcast,all_gather", "--types", "int32,float64"})
+	require.NoError(t, err)
+	require.True(t, cfg.register)
+	g := checktest.NewGroup(3)
+	comms := make([]*registering, 3)
+	ranks := make([]bench.Rank, 3)
+	for r := range ranks {
+		sp := &regSpace{Host: membuf.NewHost(), bufs: map[uintptr]membuf.Buffer{}}
+		comms[r] = &registering{Comm: g.Rank(r), space: sp}
+		ranks[r] = bench.Rank{Comm: comms[r], Space: sp}
+	}
+	var out, errOut bytes.Buffer
+	code := runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &errOut, nil)
+	require.Equal(t, 0, code, "%s\n%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), " 0 failed\n")
+	for r, c := range comms {
+		// send: 100 float64 + guard; recv: 3 ranks' worth + guard.
+		assert.Equal(t, []int{800 + guard, 3*800 + guard}, c.sizes, "rank %d: symmetric sizes, send then recv", r)
+		assert.Zero(t, c.live, "rank %d: every registered buffer released", r)
+		assert.Equal(t, 2, c.released)
+	}
+
+	// A communicator that cannot register is a usage error, not a pass (one
+	// rank: the program writes ranks' errors to stderr unsynchronized).
+	code, _, errOut2 := fakeRun(t, 1, []string{"--register", "--counts", "1", "--colls", "broadcast", "--types", "int8"}, nil)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut2, "--register: this communicator cannot register buffers")
 }

@@ -113,11 +113,11 @@ func (r *rankRunner) runAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.allocate(cases); err != nil {
+	if err := r.allocate(ctx, cases); err != nil {
 		return err
 	}
 	err = r.runCases(ctx, cases)
-	if e := r.free(); err == nil {
+	if e := r.free(ctx); err == nil {
 		err = e
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -26,6 +27,7 @@ type rankRunner struct {
 	out   *syncWriter
 
 	send, recv membuf.Buffer
+	release    []func(context.Context) error // registered buffers (--register)
 	stage, got []byte
 
 	cases, failed int
@@ -91,17 +93,17 @@ func (r *rankRunner) needs(tc tcase) (int, int) {
 	return in, max(in, outAll)
 }
 
-func (r *rankRunner) allocate(cases []tcase) error {
+func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 	var s, v int
 	for _, tc := range cases {
 		a, b := r.needs(tc)
 		s, v = max(s, a), max(v, b)
 	}
 	var err error
-	if r.send, err = r.rk.Space.Alloc(s + guard); err != nil {
+	if r.send, err = r.alloc(ctx, s+guard); err != nil {
 		return err
 	}
-	if r.recv, err = r.rk.Space.Alloc(v + guard); err != nil {
+	if r.recv, err = r.alloc(ctx, v+guard); err != nil {
 		return err
 	}
 	r.stage = make([]byte, s)
@@ -109,7 +111,34 @@ func (r *rankRunner) allocate(cases []tcase) error {
 	return nil
 }
 
-func (r *rankRunner) free() error {
+// alloc takes size bytes from the rank's space or, with --register, from
+// the communicator's Alloc (collective: every rank computes the same sizes
+// from the same cases, as registration must be symmetric).
+func (r *rankRunner) alloc(ctx context.Context, size int) (membuf.Buffer, error) {
+	if !r.cfg.register {
+		return r.rk.Space.Alloc(size)
+	}
+	reg, ok := r.rk.Comm.(bench.Registrar)
+	if !ok {
+		return membuf.Buffer{}, fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
+	}
+	p, rel, err := reg.Alloc(ctx, size)
+	if err != nil {
+		return membuf.Buffer{}, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
+	}
+	r.release = append(r.release, rel)
+	return membuf.Buffer{Ptr: p, Size: size}, nil
+}
+
+func (r *rankRunner) free(ctx context.Context) error {
+	if r.cfg.register {
+		var errs []error
+		for _, rel := range r.release {
+			errs = append(errs, rel(ctx))
+		}
+		r.release = nil
+		return errors.Join(errs...)
+	}
 	e1 := r.rk.Space.Free(r.send)
 	e2 := r.rk.Space.Free(r.recv)
 	if e1 != nil {

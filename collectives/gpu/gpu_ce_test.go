@@ -1,0 +1,175 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// registeredRecv allocates a registered receive buffer of size bytes on
+// every rank of the rig (collective) and frees it at cleanup.
+func (r *rig) registeredRecv(t *testing.T, size uint64) []cuda.DevicePtr {
+	t.Helper()
+	ptrs, regs := allocAll(t, r.bes, size)
+	t.Cleanup(func() {
+		r.sync(t)
+		for i, err := range together(len(r.bes), func(i int) error { return regs[i].Close(context.Background()) }) {
+			require.NoError(t, err, "rank %d: close registration", i)
+		}
+	})
+	out := make([]cuda.DevicePtr, len(ptrs))
+	for i, p := range ptrs {
+		out[i] = cuda.DevicePtr(p)
+	}
+	return out
+}
+
+// ceCase runs one Broadcast or AllGather into the registered buffers and
+// checks every rank's output and guard; it returns how many copy-engine
+// calls the backends issued for it.
+func (r *rig) ceCase(t *testing.T, rng *rand.Rand, recv []cuda.DevicePtr, capBytes int, c collectives.Collective, dt collectives.DataType, count int, inPlace bool, root int) (uint32, error) {
+	n := len(r.bes)
+	es := dt.Size()
+	bytesPer := count * es
+	span := bytesPer
+	if c == collectives.AllGather {
+		span *= n
+	}
+	if span+guard > capBytes {
+		return 0, fmt.Errorf("case needs %d bytes, buffers hold %d", span+guard, capBytes)
+	}
+	before := r.bes[0].ce.seq
+	ins := make([][]byte, n)
+	for rank, be := range r.bes {
+		ins[rank] = make([]byte, bytesPer)
+		fill(rng, dt, collectives.Sum, ins[rank])
+		require.NoError(t, r.drv.MemsetD8Async(be.ctx, recv[rank], 0xA5, uint64(span+guard), r.streams[rank]))
+		require.NoError(t, r.drv.StreamSynchronize(be.ctx, r.streams[rank]))
+		send := uintptr(r.send[rank])
+		if inPlace {
+			send = uintptr(recv[rank])
+			if c == collectives.AllGather {
+				send += uintptr(rank * bytesPer)
+			}
+		}
+		r.put(t, rank, cuda.DevicePtr(send), ins[rank])
+		a := collectives.Args{Coll: c, Send: send, Recv: uintptr(recv[rank]), Count: count, Type: dt, Root: root, Stream: uintptr(r.streams[rank])}
+		if err := be.Run(context.Background(), &a); err != nil {
+			return 0, fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	r.sync(t)
+	for rank := range r.bes {
+		got := r.get(t, rank, recv[rank], span+guard)
+		if !bytes.Equal(got[span:], bytes.Repeat([]byte{0xA5}, guard)) {
+			return 0, fmt.Errorf("rank %d: wrote past the end of recv", rank)
+		}
+		if c == collectives.Broadcast {
+			if !bytes.Equal(got[:span], ins[root]) {
+				return 0, fmt.Errorf("rank %d: broadcast output differs from root %d's input", rank, root)
+			}
+			continue
+		}
+		for s := range n {
+			if !bytes.Equal(got[s*bytesPer:(s+1)*bytesPer], ins[s]) {
+				return 0, fmt.Errorf("rank %d: allgather slot %d differs", rank, s)
+			}
+		}
+	}
+	return r.bes[0].ce.seq - before, nil
+}
+
+// TestGPUCopyEngine runs Broadcast and AllGather into registered buffers on
+// the copy-engine path (forced at small sizes, by size from 1 MiB), then a
+// back-to-back mix with kernel collectives on the same stream.
+func TestGPUCopyEngine(t *testing.T) {
+	n := rigRanks(t)
+	const capBytes = 8 << 20
+	r := newRig(t, n, uint64(capBytes))
+	for rank, be := range r.bes {
+		if !be.ce.ok {
+			t.Fatalf("rank %d: copy-engine path off on this machine (stream memory ops probe failed; see the log)", rank)
+		}
+	}
+	recv := r.registeredRecv(t, uint64(capBytes))
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, forced := range []collectives.Algorithm{"", collectives.CopyEngine} {
+		for _, be := range r.bes {
+			be.forced = forced
+		}
+		for _, c := range []collectives.Collective{collectives.Broadcast, collectives.AllGather} {
+			for _, dt := range []collectives.DataType{collectives.Int8, collectives.Float32, collectives.Float64} {
+				for _, count := range []int{1, 7, 4095, (1<<20 + 3) / dt.Size()} {
+					if c == collectives.AllGather && count*dt.Size()*n+guard > capBytes {
+						count = (capBytes - guard) / n / dt.Size()
+					}
+					for _, inPlace := range []bool{false, true} {
+						root := (count + int(dt)) % n
+						issued, err := r.ceCase(t, rng, recv, capBytes, c, dt, count, inPlace, root)
+						if err != nil {
+							t.Errorf("%s %s count=%d inplace=%v root=%d forced=%q: %v", c, dt, count, inPlace, root, forced, err)
+							continue
+						}
+						wantCE := forced == collectives.CopyEngine || count*dt.Size() >= collectives.CopyEngineMinBytes
+						if (issued == 1) != wantCE {
+							t.Errorf("%s %s count=%d forced=%q: %d copy-engine calls, want copy engines=%v", c, dt, count, forced, issued, wantCE)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, be := range r.bes {
+		be.forced = ""
+	}
+
+	// Back to back, no host synchronization: copy-engine AllGather and
+	// Broadcast into the registered buffer interleaved with kernel
+	// AllReduces, 300 calls; the last of each decides what is checked.
+	const count = 1 << 18 // int32: 1 MiB per rank, copy engines by size
+	if count*4*n+guard > capBytes {
+		t.Skipf("%d ranks need more than %d bytes", n, capBytes)
+	}
+	ins := make([][]byte, n)
+	for rank := range r.bes {
+		ins[rank] = make([]byte, count*4)
+		fill(rng, collectives.Int32, collectives.Sum, ins[rank])
+		r.put(t, rank, r.send[rank], ins[rank])
+	}
+	before := r.bes[0].ce.seq
+	var last collectives.Collective
+	lastRoot := 0
+	for i := range 300 {
+		for rank, be := range r.bes {
+			a := collectives.Args{Send: uintptr(r.send[rank]), Count: count, Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(r.streams[rank])}
+			switch i % 3 {
+			case 0:
+				a.Coll, a.Recv = collectives.AllGather, uintptr(recv[rank])
+			case 1:
+				a.Coll, a.Recv, a.Root = collectives.Broadcast, uintptr(recv[rank]), i%n
+			default:
+				a.Coll, a.Recv = collectives.AllReduce, uintptr(r.recv[rank])
+			}
+			require.NoError(t, be.Run(context.Background(), &a))
+			if a.Coll != collectives.AllReduce {
+				last, lastRoot = a.Coll, a.Root
+			}
+		}
+	}
+	r.sync(t)
+	require.Equal(t, uint32(200), r.bes[0].ce.seq-before, "copy-engine calls")
+	for rank := range r.bes {
+		got := r.get(t, rank, recv[rank], count*4*n)
+		if last == collectives.Broadcast {
+			require.True(t, bytes.Equal(got[:count*4], ins[lastRoot]), "rank %d: last broadcast", rank)
+		}
+		require.NoError(t, checkReduced(collectives.Int32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: allreduce", rank)
+	}
+}
