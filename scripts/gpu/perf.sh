@@ -5,7 +5,8 @@
 # collective runs once per tool with the same sizes and mode; compare.py
 # prints size, both times and busbw, and the speedup. Raw JSON lands in
 # $OUT/perf.tgz.
-#   bash scripts/gpu/perf.sh [quick]
+#   bash scripts/gpu/perf.sh [quick|reg]
+# quick: AllReduce only; reg: the registered-buffer (copy engine) runs only.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset GOCCL_NVLS_ENABLE
@@ -26,17 +27,24 @@ run() {
   echo "=== $name"
   timeout -k 5 150 "$B/goccl" run -np "$NP" "$B/goccl" bench "${g[@]}" --backend gpu -c 0 \
     --label goccl --json "$D/goccl_$name.json" >"$D/goccl_$name.txt" 2>&1 || { echo "goccl $name failed"; tail -5 "$D/goccl_$name.txt"; }
+  # PERF_NO_NCCL=1 skips NCCL (pair with an earlier run's JSON instead).
+  [ -n "${PERF_NO_NCCL:-}" ] && return
   timeout -k 5 150 "${TORCHRUN[@]}" bench/nccl/nccl_bench.py "${n[@]}" --json "$D/nccl_$name.json" \
     >"$D/nccl_$name.txt" 2>&1 || { echo "nccl $name failed"; tail -5 "$D/nccl_$name.txt"; }
 }
 
-run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
-run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
-run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
-if [ "${1:-}" != quick ]; then
+MODE=${1:-full}
+if [ "$MODE" != reg ]; then
+  run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
+  run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
+  run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
+fi
+if [ "$MODE" = full ]; then
   for c in broadcast all_gather reduce_scatter; do
     run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
   done
+fi
+if [ "$MODE" != quick ]; then
   # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
   # NCCL runs as above (eager, its own buffers).
   for c in broadcast all_gather; do
@@ -51,4 +59,5 @@ for f in "$D"/goccl_*.json; do
   python3 bench/nccl/compare.py "$f" "$D/nccl_$name.json" --out "$D/pairs_$name.json"
   echo
 done | tee "$D/tables.txt"
+for f in "$D"/goccl_*.txt; do echo "== $f"; grep -E '^ +[0-9]' "$f" | awk '{print $1, $6, $8, $10, $12}'; done
 [ -n "${OUT:-}" ] && tar -C "$(dirname "$D")" -czf "$OUT/perf.tgz" perf
