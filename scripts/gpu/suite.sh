@@ -13,7 +13,7 @@ LOGS=${OUT:-/tmp}/gpu-suite
 mkdir -p "$LOGS"
 KERNELS=0
 LARGE=${GOCCL_SUITE_LARGE:-64Mi}
-HUGE=${GOCCL_SUITE_HUGE:-1Gi}
+HUGE=${GOCCL_SUITE_HUGE-1Gi}  # set empty to skip
 for a in "$@"; do
   case $a in
     --kernels) KERNELS=1 ;;
