@@ -78,7 +78,11 @@ func newRig(c *comm.Comm, drv cuda.Driver, n int) (*rig, error) {
 	return r, nil
 }
 
-func (r *rig) close() { r.sp.Close() }
+func (r *rig) close() {
+	_ = r.sp.Free(r.send)
+	_ = r.sp.Free(r.recv)
+	_ = r.sp.Close()
+}
 
 // allReduce fills send with rank-seeded data, runs one AllReduce(sum),
 // waits, and checks recv against the sum of every rank's data computed
