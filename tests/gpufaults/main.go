@@ -170,8 +170,9 @@ func killMode(n int) error {
 		select {}
 	}
 	t0 := time.Now()
-	err = r.allReduce(ctx, 99, false)
+	failure := r.allReduce(ctx, 99, false)
 	took := time.Since(t0)
+	err = failure
 	if err == nil {
 		return errors.New("AllReduce with a dead peer returned no error")
 	}
@@ -203,7 +204,7 @@ func killMode(n int) error {
 	if err := r2.allReduce(ctx, 7, true); err != nil {
 		return fmt.Errorf("AllReduce on a new communicator: %w", err)
 	}
-	fmt.Printf("gpufaults: kill: PASS: survivor's AllReduce failed after %v naming rank 1 (%v); a new communicator on GPU %d then ran a checked AllReduce\n", took.Round(time.Millisecond), err, dev)
+	fmt.Printf("gpufaults: kill: PASS: survivor's AllReduce failed after %v naming rank 1 (%v); a new communicator on GPU %d then ran a checked AllReduce\n", took.Round(time.Millisecond), failure, dev)
 	return nil
 }
 
