@@ -13,12 +13,16 @@ const (
 	// CopyEngine: cuMemcpyAsync on peer addresses (Broadcast, AllGather
 	// into registered receive buffers), no kernel.
 	CopyEngine Algorithm = "ce"
+	// NVLS: NVSwitch multicast (multimem) kernels for AllReduce and
+	// ReduceScatter, where the GPU backend set up an NVLS team (gated:
+	// transport/nvls); anywhere else it chooses as if nothing were forced.
+	NVLS Algorithm = "nvls"
 )
 
 // ParseAlgorithm accepts the names above; "" means choose by size.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch a := Algorithm(s); a {
-	case "", OneShot, TwoShot, CopyEngine:
+	case "", OneShot, TwoShot, CopyEngine, NVLS:
 		return a, nil
 	}
 	return "", fmt.Errorf("%w: GOCCL_ALGO=%q (want oneshot, twoshot or ce)", ErrInvalidArgument, s)
@@ -37,6 +41,9 @@ const twoShotMinBytes = 256 << 10
 //     below 256 KiB; two-shot above that.
 //   - Every other collective: one-shot (push through staging), the only
 //     kernel family it has.
+//
+// NVLS is not chosen here: the GPU backend takes it before asking, where
+// its team exists; a forced NVLS that did not apply chooses by size.
 func ChooseAlgorithm(c Collective, bytes int64, nranks int, forced Algorithm) Algorithm {
 	if forced == OneShot || (forced == TwoShot && c == AllReduce) {
 		return forced

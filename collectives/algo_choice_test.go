@@ -28,6 +28,8 @@ func TestChooseAlgorithm(t *testing.T) {
 		{"broadcast large", Broadcast, 1 << 30, 8, "", OneShot},
 		{"allgather", AllGather, 1 << 20, 4, "", OneShot},
 		{"reduce", Reduce, 1 << 30, 8, "", OneShot},
+		{"allreduce forced nvls chooses by size, small", AllReduce, 8, 8, NVLS, OneShot},
+		{"allreduce forced nvls chooses by size, large", AllReduce, 1 << 30, 8, NVLS, TwoShot},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,4 +71,14 @@ func TestChooseCopyEngine(t *testing.T) {
 			assert.Equal(t, tc.want, Choose(tc.c, tc.bytes, nranks, tc.forced, tc.registered))
 		})
 	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, name := range []string{"", "oneshot", "twoshot", "ce", "nvls"} {
+		a, err := ParseAlgorithm(name)
+		assert.NoError(t, err, name)
+		assert.Equal(t, Algorithm(name), a)
+	}
+	_, err := ParseAlgorithm("ring")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
 }

@@ -20,7 +20,7 @@ import (
 type Config struct {
 	Device    int    // CUDA device ordinal this rank drives
 	Transport string // "", "uva", "ipc", "vmm" (GOCCL_TRANSPORT); "" chooses
-	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot", "ce"
+	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot", "ce", "nvls"
 	// MaxBlocks caps the blocks of one launch (0: default 64, at most 128).
 	MaxBlocks int
 }
@@ -60,6 +60,7 @@ type Backend struct {
 	// looks a receive buffer up in it for the copy-engine path.
 	regs []*registration
 	ce   copyEngine
+	nv   nvlsState
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -172,11 +173,16 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err = be.setupCE(ctx, ws.Local, ws.Peers); err != nil {
 		return nil, err
 	}
+	// Before the init barrier: the NVLS flags are zeroed on every rank
+	// before any rank can launch.
+	if err = be.setupNVLS(ctx); err != nil {
+		return nil, err
+	}
 	if err = b.Barrier(ctx); err != nil {
 		return nil, fmt.Errorf("gpu backend: init barrier: %w", err)
 	}
 	slog.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
-		"transport", name, "algo", string(forced), "staging", staging, "copy_engines", be.ce.ok)
+		"transport", name, "algo", string(forced), "staging", staging, "copy_engines", be.ce.ok, "nvls", be.nv.ok)
 	return be, nil
 }
 
@@ -263,6 +269,10 @@ func (be *Backend) release(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, be.releaseCE()...)
+	// The multicast team goes before the workspace and the transport.
+	if err := be.closeNVLS(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if be.workspace != nil {
 		if err := be.mapper.Free(ctx, be.workspace); err != nil {
 			errs = append(errs, fmt.Errorf("gpu backend: free workspace: %w", err))

@@ -44,6 +44,9 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 			}
 		}
 	}
+	if fn := be.pickNVLS(a, bytes); fn != 0 {
+		return be.runNVLS(a, fn, uint64(bytes))
+	}
 	algo := collectives.ChooseAlgorithm(a.Coll, bytes, be.nranks, be.forced)
 	f := familyOf(a.Coll, algo)
 
