@@ -25,7 +25,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	case "", OneShot, TwoShot, CopyEngine, NVLS:
 		return a, nil
 	}
-	return "", fmt.Errorf("%w: GOCCL_ALGO=%q (want oneshot, twoshot or ce)", ErrInvalidArgument, s)
+	return "", fmt.Errorf("%w: GOCCL_ALGO=%q (want oneshot, twoshot, ce or nvls)", ErrInvalidArgument, s)
 }
 
 // twoShotMinBytes is the AllReduce size from which two-shot beats one-shot

@@ -137,7 +137,7 @@ func ChooseTransport(f *topology.Facts, place Placement, forced string, nvlsGate
 		ch = Choice{Transport: forced, Reason: "forced by GOCCL_TRANSPORT=" + forced}
 	}
 
-	ch.NVLS, ch.NVLSReason = nvlsDecision(f, gpus, place.NRanks, ch.Transport, forced == TransportNVLS, nvlsGate)
+	ch.NVLS, ch.NVLSReason = nvlsDecision(f, gpus, place.NRanks, vmmOK, forced == TransportNVLS, nvlsGate)
 	if forced == TransportNVLS && !ch.NVLS {
 		return Choice{}, fmt.Errorf("%w: GOCCL_TRANSPORT=nvls: %s", ErrTransportUnsupported, ch.NVLSReason)
 	}
@@ -194,14 +194,16 @@ func checkPeerAccess(f *topology.Facts, place Placement) error {
 // nvlsDecision says whether NVLS joins the base transport, and why or why
 // not. Hardware comes first so that a reader learns whether opting in
 // would help at all; the gate is consulted only where it could matter.
-func nvlsDecision(f *topology.Facts, gpus []int, nranks int, base string, forced bool, gate func() (bool, string)) (bool, string) {
+func nvlsDecision(f *topology.Facts, gpus []int, nranks int, vmmOK bool, forced bool, gate func() (bool, string)) (bool, string) {
 	for _, g := range gpus {
 		if !f.GPUs[g].Caps.Multicast {
 			return false, fmt.Sprintf("not supported by hardware: GPU%d has no multicast", g)
 		}
 	}
-	if base != TransportVMM && base != TransportNVLS {
-		return false, fmt.Sprintf("supported by hardware, not used: NVLS binds VMM memory and the transport is %s", base)
+	// The multicast team binds VMM memory of its own, whatever the base
+	// transport for the other paths.
+	if !vmmOK {
+		return false, "supported by hardware, not usable: NVLS binds VMM memory exported as POSIX fds, which not every GPU offers"
 	}
 	open, why := false, "no NVLS gate given"
 	if gate != nil {

@@ -61,7 +61,7 @@ func TestChooseTransport(t *testing.T) {
 		{
 			name: "h200x2 one process", machine: topotest.H200x2(), place: oneProc(0, 1), gate: closed,
 			transport: "uva", reason: "one process",
-			nvlsReason: "supported by hardware, not used: NVLS binds VMM memory and the transport is uva",
+			nvlsReason: "supported by hardware, not enabled: GOCCL_NVLS_ENABLE is not 1",
 		},
 		{
 			name: "h200x2 process per GPU, our GPU machine's environment", machine: topotest.H200x2(), place: perGPU(0, 1), gate: ourGPUBox,
@@ -79,8 +79,8 @@ func TestChooseTransport(t *testing.T) {
 		},
 		{
 			name: "hgx-h100 one process", machine: topotest.HGXH100(), place: oneProc(0, 1, 2, 3, 4, 5, 6, 7), gate: open,
-			transport:  "uva",
-			nvlsReason: "supported by hardware, not used: NVLS binds VMM memory and the transport is uva",
+			transport: "uva", nvls: true,
+			nvlsReason: "supported and enabled: used in addition for the collectives and sizes that suit it",
 		},
 		{
 			name: "hgx-h100 8 processes, gate closed", machine: topotest.HGXH100(), place: perGPU(0, 1, 2, 3, 4, 5, 6, 7), gate: closed,
@@ -97,8 +97,8 @@ func TestChooseTransport(t *testing.T) {
 		},
 		{
 			name: "hgx-h100 forced ipc", machine: topotest.HGXH100(), place: perGPU(0, 1, 2), forced: "ipc", gate: open,
-			transport: "ipc", reason: "forced by GOCCL_TRANSPORT=ipc",
-			nvlsReason: "supported by hardware, not used: NVLS binds VMM memory and the transport is ipc",
+			transport: "ipc", reason: "forced by GOCCL_TRANSPORT=ipc", nvls: true,
+			nvlsReason: "supported and enabled: used in addition for the collectives and sizes that suit it",
 		},
 		{
 			name: "hgx-h100 forced nvls, gate open", machine: topotest.HGXH100(), place: perGPU(0, 1, 2, 3), forced: "NVLS", gate: open,

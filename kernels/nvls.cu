@@ -78,6 +78,10 @@ __device__ __forceinline__ void mm_red_release_add(u64 a, u32 v) {
   asm volatile("multimem.red.release.sys.global.add.u32 [%0], %1;" : : "l"(a), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ void fence_proxy_alias() {
+  asm volatile("fence.proxy.alias;" : : : "memory");
+}
+
 __device__ __forceinline__ u32 ld_acquire_sys(u64 a) {
   u32 v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(a) : "memory");
@@ -253,6 +257,9 @@ __device__ bool barrier(const Params& p) {
     epochs[blockIdx.x] = e;
     u32 target = e * (u32)p.nranks;
     mm_red_release_add(p.mcFlags + 4ull * blockIdx.x, 1u);
+    // The flag is written through the multicast alias and read through the
+    // unicast one: order the two proxies (CUDA guide, multicast objects).
+    fence_proxy_alias();
     u64 mine = p.ucFlags + 4ull * blockIdx.x;
     for (u32 spin = 1;; spin++) {
       // Wrap-safe: counters may pass 2^32 in a long job.
@@ -263,6 +270,8 @@ __device__ bool barrier(const Params& p) {
         break;
       }
     }
+    // Peers' data is next read through the multicast alias.
+    fence_proxy_alias();
     aborted = ab;
   }
   __syncthreads();

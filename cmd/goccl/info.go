@@ -97,7 +97,7 @@ func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
 		choose(modeHost, collectives.Placement{NRanks: 2})
 	}
 
-	for _, a := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot, collectives.CopyEngine} {
+	for _, a := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot, collectives.CopyEngine, collectives.NVLS} {
 		if _, err := collectives.ParseAlgorithm(string(a)); err == nil {
 			rep.Algorithms = append(rep.Algorithms, string(a))
 		}

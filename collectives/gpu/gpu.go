@@ -120,7 +120,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.ctx = ctxRetained
 
-	name, err := chooseTransport(ctx, b, cfg.Transport)
+	name, err := chooseTransport(ctx, drv, be.dev, b, cfg.Transport)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +187,10 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 }
 
 // chooseTransport: GOCCL_TRANSPORT (or cfg) forces; otherwise uva when every
-// rank lives in one process, else vmm. Decided from the allgathered pids so
-// that every rank agrees.
-func chooseTransport(ctx context.Context, b transport.Bootstrap, forced string) (string, error) {
+// rank lives in one process, else vmm where every rank's GPU exports VMM
+// memory as POSIX fds, else ipc (the rule of collectives.ChooseTransport).
+// Decided from allgathered facts so that every rank agrees.
+func chooseTransport(ctx context.Context, drv cuda.Driver, dev cuda.Device, b transport.Bootstrap, forced string) (string, error) {
 	if forced == "" {
 		forced = os.Getenv("GOCCL_TRANSPORT")
 	}
@@ -200,17 +201,38 @@ func chooseTransport(ctx context.Context, b transport.Bootstrap, forced string) 
 	default:
 		return "", fmt.Errorf("gpu backend: GOCCL_TRANSPORT=%q: want uva, ipc or vmm: %w", forced, collectives.ErrInvalidArgument)
 	}
+	vmmOK := byte(1)
+	for _, a := range []cuda.DeviceAttribute{cuda.AttrVirtualMemoryManagement, cuda.AttrHandleTypePosixFDSupported} {
+		if v, err := drv.DeviceAttribute(dev, a); err != nil || v == 0 {
+			vmmOK = 0
+		}
+	}
 	pid := uint32(os.Getpid())
-	all, err := b.AllGather(ctx, []byte{byte(pid), byte(pid >> 8), byte(pid >> 16), byte(pid >> 24)})
+	all, err := b.AllGather(ctx, []byte{byte(pid), byte(pid >> 8), byte(pid >> 16), byte(pid >> 24), vmmOK})
 	if err != nil {
 		return "", fmt.Errorf("gpu backend: agree on transport: %w", err)
 	}
+	return pickTransport(all)
+}
+
+// pickTransport decides from every rank's facts: 4 bytes of pid, then 1
+// when its GPU has VMM with POSIX fds.
+func pickTransport(all [][]byte) (string, error) {
+	onePID, allVMM := true, true
 	for _, p := range all {
-		if string(p) != string(all[0]) {
-			return "vmm", nil
+		if len(p) != 5 {
+			return "", fmt.Errorf("gpu backend: agree on transport: malformed facts %x", p)
 		}
+		onePID = onePID && string(p[:4]) == string(all[0][:4])
+		allVMM = allVMM && p[4] == 1
 	}
-	return "uva", nil
+	switch {
+	case onePID:
+		return "uva", nil
+	case allVMM:
+		return "vmm", nil
+	}
+	return "ipc", nil
 }
 
 // Abort makes running kernels bail out of their waits and every later Run

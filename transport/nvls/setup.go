@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/goccl/goccl/internal/cuda"
 	"github.com/goccl/goccl/transport"
@@ -204,6 +205,10 @@ func (r *resources) create(n int) *StepError {
 // share passes rank 0's fd to every other rank and imports it there. The
 // fd is closed as soon as it is no longer needed: the imported handle keeps
 // the object alive.
+// recvFDTimeout bounds a peer's wait for the multicast object's fd when the
+// caller gave no deadline.
+const recvFDTimeout = 60 * time.Second
+
 func (r *resources) share(ctx context.Context, b transport.Bootstrap) *StepError {
 	if b.Size() == 1 {
 		return nil
@@ -225,7 +230,15 @@ func (r *resources) share(ctx context.Context, b transport.Bootstrap) *StepError
 		}
 		return nil
 	}
-	fds, err := b.RecvFDs(ctx, 0, 1)
+	// If rank 0's send to this rank failed, nothing will arrive: bound the
+	// wait even when the caller's context has no deadline.
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, recvFDTimeout)
+		defer cancel()
+	}
+	fds, err := b.RecvFDs(rctx, 0, 1)
 	if err != nil {
 		return stepErr(r.rank, StepRecvFD, fmt.Errorf("from rank 0: %w", err))
 	}
