@@ -138,7 +138,7 @@ func TestParseArgs(t *testing.T) {
 	assert.Len(t, cfg.Ops, 5)
 	assert.Equal(t, 20, cfg.Graph)
 	assert.Equal(t, 2, cfg.Register)
-	assert.Equal(t, AvgMax, cfg.Average, "default: the slowest rank's time")
+	assert.Equal(t, AvgMean, cfg.Average, "default: the mean over ranks, as nccl-tests")
 
 	bad := []struct {
 		args []string

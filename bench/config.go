@@ -81,7 +81,7 @@ nccl-tests' flags:
   -R, --register 0|1|2 1: buffers registered with Register; 2: from
                        the communicator's Alloc (GPU)                   [0]
   -a, --average 0..3   combine ranks' times: 0 rank 0, 1 mean, 2 min,
-                       3 max                                            [3]
+                       3 max                                            [1]
   -g, --ngpus N        ranks (GPUs) driven by this one process, without
                        a launcher (comm.InitAll; UVA on GPUs)           [1]
 goccl's:
@@ -97,7 +97,7 @@ goccl's:
 func ParseArgs(args []string) (Config, error) {
 	cfg := Config{
 		MinBytes: 32 << 20, MaxBytes: 32 << 20, StepFactor: 1, StepBytes: 1 << 20,
-		Iters: 20, Warmup: 5, Check: 1, Average: AvgMax, GPUs: 1,
+		Iters: 20, Warmup: 5, Check: 1, Average: AvgMean, GPUs: 1,
 		Backend: BackendAuto, Label: "goccl", Seed: 1,
 	}
 	fs := flag.NewFlagSet("goccl bench", flag.ContinueOnError)

@@ -26,7 +26,7 @@ run() {
   n=("$@")
   echo "=== $name"
   timeout -k 5 150 "$B/goccl" run -np "$NP" "$B/goccl" bench "${g[@]}" --backend gpu -c 0 \
-    --label goccl --json "$D/goccl_$name.json" >"$D/goccl_$name.txt" 2>&1 || { echo "goccl $name failed"; tail -5 "$D/goccl_$name.txt"; }
+    -a 3 --label goccl --json "$D/goccl_$name.json" >"$D/goccl_$name.txt" 2>&1 || { echo "goccl $name failed"; tail -5 "$D/goccl_$name.txt"; }
   # PERF_NO_NCCL=1 skips NCCL (pair with an earlier run's JSON instead).
   [ -n "${PERF_NO_NCCL:-}" ] && return
   timeout -k 5 150 "${TORCHRUN[@]}" bench/nccl/nccl_bench.py "${n[@]}" --json "$D/nccl_$name.json" \
