@@ -42,6 +42,7 @@ type Backend struct {
 	maxGrid   int
 	forced    collectives.Algorithm
 
+	abortMu   sync.Mutex     // Abort's write of abortHost against its free
 	abortHost unsafe.Pointer // host-pinned u32 the kernels poll
 	abortDev  cuda.DevicePtr
 	module    cuda.Module
@@ -111,14 +112,11 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		}
 	}()
 
-	if be.dev, err = drv.DeviceGet(cfg.Device); err != nil {
-		return nil, fmt.Errorf("gpu backend: device %d: %w", cfg.Device, err)
+	// Rank-local steps are agreed before the next exchange: a rank
+	// returning alone would leave its peers waiting for it there.
+	if err = be.agreeInit(ctx, "device", be.openDevice(cfg.Device)); err != nil {
+		return nil, err
 	}
-	ctxRetained, err := drv.PrimaryCtxRetain(be.dev)
-	if err != nil {
-		return nil, fmt.Errorf("gpu backend: retain context of device %d: %w", cfg.Device, err)
-	}
-	be.ctx = ctxRetained
 
 	name, err := chooseTransport(ctx, drv, be.dev, b, cfg.Transport)
 	if err != nil {
@@ -138,27 +136,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if len(ws.Peers) != nranks {
 		return nil, fmt.Errorf("gpu backend: transport %s mapped %d peers, want %d", name, len(ws.Peers), nranks)
 	}
-	// Signals and epochs start at zero on every rank before any peer can
-	// signal: zero, wait, then a bootstrap barrier.
-	if err = drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ws.Local), 0, signalSize/4, 0); err != nil {
-		return nil, fmt.Errorf("gpu backend: clear signals: %w", err)
-	}
-	if err = drv.CtxSynchronize(be.ctx); err != nil {
-		return nil, fmt.Errorf("gpu backend: clear signals: %w", err)
-	}
-
-	if be.abortHost, err = drv.MemAllocHost(be.ctx, 64); err != nil {
-		return nil, fmt.Errorf("gpu backend: abort flag: %w", err)
-	}
-	atomic.StoreUint32((*uint32)(be.abortHost), 0)
-	if be.abortDev, err = drv.MemHostGetDevicePointer(be.ctx, be.abortHost); err != nil {
-		return nil, fmt.Errorf("gpu backend: abort flag: %w", err)
-	}
-
-	if be.module, err = drv.ModuleLoadData(be.ctx, image); err != nil {
-		return nil, fmt.Errorf("gpu backend: load kernels: %w", err)
-	}
-	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
+	if err = be.agreeInit(ctx, "setup", be.setupLocal(image)); err != nil {
 		return nil, err
 	}
 
@@ -184,6 +162,59 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	slog.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
 		"transport", name, "algo", string(forced), "staging", staging, "copy_engines", be.ce.ok, "nvls", be.nv.ok)
 	return be, nil
+}
+
+// openDevice resolves the device and retains its primary context.
+func (be *Backend) openDevice(ordinal int) error {
+	var err error
+	if be.dev, err = be.drv.DeviceGet(ordinal); err != nil {
+		return fmt.Errorf("gpu backend: device %d: %w", ordinal, err)
+	}
+	if be.ctx, err = be.drv.PrimaryCtxRetain(be.dev); err != nil {
+		return fmt.Errorf("gpu backend: retain context of device %d: %w", ordinal, err)
+	}
+	return nil
+}
+
+// setupLocal clears this rank's signal area, allocates the abort flag and
+// loads the kernels: the steps of New that involve no peer.
+func (be *Backend) setupLocal(image []byte) error {
+	drv, ws := be.drv, be.workspace
+	// Signals and epochs start at zero on every rank before any peer can
+	// signal: zero, wait, then a bootstrap barrier.
+	if err := drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ws.Local), 0, signalSize/4, 0); err != nil {
+		return fmt.Errorf("gpu backend: clear signals: %w", err)
+	}
+	if err := drv.CtxSynchronize(be.ctx); err != nil {
+		return fmt.Errorf("gpu backend: clear signals: %w", err)
+	}
+	var err error
+	if be.abortHost, err = drv.MemAllocHost(be.ctx, 64); err != nil {
+		return fmt.Errorf("gpu backend: abort flag: %w", err)
+	}
+	atomic.StoreUint32((*uint32)(be.abortHost), 0)
+	if be.abortDev, err = drv.MemHostGetDevicePointer(be.ctx, be.abortHost); err != nil {
+		return fmt.Errorf("gpu backend: abort flag: %w", err)
+	}
+	if be.module, err = drv.ModuleLoadData(be.ctx, image); err != nil {
+		return fmt.Errorf("gpu backend: load kernels: %w", err)
+	}
+	return be.fns.load(drv, be.ctx, be.module)
+}
+
+// agreeInit tells every rank whether a rank-local step of New failed
+// anywhere, so that all ranks fail it together: lerr is this rank's outcome.
+func (be *Backend) agreeInit(ctx context.Context, step string, lerr error) error {
+	fail, err := be.agreeStatus(ctx, step, lerr)
+	switch {
+	case err != nil:
+		return errors.Join(lerr, fmt.Errorf("gpu backend: agree on %s: %w", step, err))
+	case lerr != nil:
+		return lerr
+	case fail != nil:
+		return &collectives.PeerError{Rank: fail.rank, Cause: fmt.Errorf("gpu backend %s: %s", fail.step, fail.text)}
+	}
+	return nil
 }
 
 // chooseTransport: GOCCL_TRANSPORT (or cfg) forces; otherwise uva when every
@@ -246,9 +277,11 @@ func (be *Backend) Abort(cause error) {
 	err := fmt.Errorf("%w: %w", collectives.ErrAborted, cause)
 	be.cause.CompareAndSwap(nil, &err)
 	be.aborted.Store(true)
+	be.abortMu.Lock()
 	if be.abortHost != nil {
 		atomic.StoreUint32((*uint32)(be.abortHost), 1)
 	}
+	be.abortMu.Unlock()
 	be.rescueCE()
 }
 
@@ -313,12 +346,14 @@ func (be *Backend) release(ctx context.Context) error {
 		}
 		be.module = 0
 	}
+	be.abortMu.Lock()
 	if be.abortHost != nil {
 		if err := be.drv.MemFreeHost(be.ctx, be.abortHost); err != nil {
 			errs = append(errs, fmt.Errorf("gpu backend: free abort flag: %w", err))
 		}
 		be.abortHost = nil
 	}
+	be.abortMu.Unlock()
 	if be.ctx != 0 {
 		if err := be.drv.PrimaryCtxRelease(be.dev); err != nil {
 			errs = append(errs, fmt.Errorf("gpu backend: release context: %w", err))

@@ -34,8 +34,8 @@ type registration struct {
 // AllGather whose receive buffer lies inside a registration, at the same
 // offset on every rank, may take the copy-engine path (ce.go).
 func (be *Backend) Register(ctx context.Context, ptr uintptr, size uint64) (collectives.Registration, error) {
-	if be.aborted.Load() {
-		return nil, be.abortErr()
+	if err := be.usable(); err != nil {
+		return nil, err
 	}
 	var bad error
 	if ptr == 0 || size == 0 {
@@ -54,8 +54,8 @@ func (be *Backend) Register(ctx context.Context, ptr uintptr, size uint64) (coll
 // Alloc allocates size bytes of device memory already registered
 // (collective; every rank asks for the same size).
 func (be *Backend) Alloc(ctx context.Context, size uint64) (uintptr, collectives.Registration, error) {
-	if be.aborted.Load() {
-		return 0, nil, be.abortErr()
+	if err := be.usable(); err != nil {
+		return 0, nil, err
 	}
 	var bad error
 	if size == 0 {
@@ -69,6 +69,20 @@ func (be *Backend) Alloc(ctx context.Context, size uint64) (uintptr, collectives
 		return 0, nil, fmt.Errorf("gpu backend: alloc: %w", err)
 	}
 	return r.Local, be.track(&registration{be: be, region: r, base: r.Local, size: size, owned: true}), nil
+}
+
+// usable is the error of a backend that takes no new registrations:
+// aborted, or closed (Close has dropped the transport).
+func (be *Backend) usable() error {
+	if be.aborted.Load() {
+		return be.abortErr()
+	}
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return collectives.ErrClosed
+	}
+	return nil
 }
 
 // agreeSize allgathers (valid, size) so that every rank returns the same

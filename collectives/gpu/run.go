@@ -65,7 +65,10 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 		Stream: cuda.Stream(a.Stream),
 	}
 	if err := be.drv.LaunchKernel(be.ctx, fn, cfg, be.prm[:]); err != nil {
-		return fmt.Errorf("gpu backend: launch %s: %w", a.Coll, err)
+		// The peers' kernels already wait at a barrier for this rank's:
+		// abort so that they leave through the flag instead of spinning.
+		be.Abort(fmt.Errorf("gpu backend: launch %s: %w", a.Coll, err))
+		return be.abortErr()
 	}
 	return nil
 }
