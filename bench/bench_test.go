@@ -64,6 +64,13 @@ func TestShapeOf(t *testing.T) {
 		{collectives.AllGather, 8, f32, 4, Shape{Count: 0, Bytes: 0, SendBytes: 0, RecvBytes: 0}},
 		{collectives.ReduceScatter, 2147483648, f32, 2, Shape{Count: 268435456, Bytes: 2147483648, SendBytes: 2147483648, RecvBytes: 1073741824}},
 		{collectives.ReduceScatter, 100, collectives.Float64, 3, Shape{Count: 4, Bytes: 96, SendBytes: 96, RecvBytes: 32}},
+		// nccl-tests anchor (2x H200, -g 2): reduce_scatter and all_gather
+		// print "0 0" at 8 B: the per-rank count is rounded down to 16 B.
+		{collectives.ReduceScatter, 8, f32, 2, Shape{}},
+		{collectives.AllGather, 8, f32, 2, Shape{}},
+		{collectives.AllGather, 48, f32, 2, Shape{Count: 4, Bytes: 32, SendBytes: 16, RecvBytes: 32}},
+		{collectives.ReduceScatter, 100, collectives.Int8, 3, Shape{Count: 32, Bytes: 96, SendBytes: 96, RecvBytes: 32}},
+		{collectives.ReduceScatter, 24, collectives.Float16, 1, Shape{Count: 8, Bytes: 16, SendBytes: 16, RecvBytes: 16}},
 	}
 	for _, tt := range tests {
 		assert.Equalf(t, tt.want, ShapeOf(tt.coll, tt.size, tt.typ, tt.n), "%v %d", tt.coll, tt.size)
@@ -98,6 +105,7 @@ func TestParseSize(t *testing.T) {
 		{"8", 8, true}, {"1K", 1024, true}, {"64M", 64 << 20, true}, {"2G", 2 << 30, true},
 		{"1.5k", 1536, true}, {"0", 0, true}, {"64m", 64 << 20, true},
 		{"", 0, false}, {"x", 0, false}, {"-1", 0, false}, {"8T", 0, false},
+		{"nan", 0, false}, {"NaNM", 0, false}, {"inf", 0, false}, {"-0.5", 0, false},
 	}
 	for _, tt := range tests {
 		got, err := ParseSize(tt.in)

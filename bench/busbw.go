@@ -18,12 +18,16 @@ type Shape struct {
 func ShapeOf(coll collectives.Collective, size int64, t collectives.DataType, nranks int) Shape {
 	ts := int64(t.Size())
 	total := size / ts
+	// nccl-tests rounds AllGather's and ReduceScatter's per-rank count
+	// down to a multiple of 16 bytes (its GetCollByteCount), so its rows
+	// read "0 0" at 8 B on 2 ranks, and ours must too.
+	align := max(16/ts, 1)
 	switch coll {
 	case collectives.AllGather:
-		per := total / int64(nranks)
+		per := total / int64(nranks) / align * align
 		return Shape{Count: int(per), Bytes: per * ts * int64(nranks), SendBytes: per * ts, RecvBytes: per * ts * int64(nranks)}
 	case collectives.ReduceScatter:
-		per := total / int64(nranks)
+		per := total / int64(nranks) / align * align
 		return Shape{Count: int(per), Bytes: per * ts * int64(nranks), SendBytes: per * ts * int64(nranks), RecvBytes: per * ts}
 	}
 	return Shape{Count: int(total), Bytes: total * ts, SendBytes: total * ts, RecvBytes: total * ts}

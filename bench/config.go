@@ -286,7 +286,8 @@ func ParseSize(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || v*mult > 1<<50 {
+	// !(v >= 0) also rejects NaN, which int64() would turn into MinInt64.
+	if err != nil || !(v >= 0) || v*mult > 1<<50 {
 		return 0, fmt.Errorf("invalid size %q", s)
 	}
 	return int64(v * mult), nil

@@ -33,6 +33,7 @@ const (
 	rejectMismatch = 1
 	rejectTimeout  = 2
 	rejectOther    = 3
+	rejectPeer     = 4 // then rank u32 | cause: that rank failed the init
 )
 
 // joinConfig is what a rank brings to the rendezvous.
@@ -142,6 +143,11 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 	}
 	fail := func(code byte, bad net.Conn, err error) ([]*peer, []int32, error) {
 		msg := append([]byte{code}, []byte(errorDetail(err))...)
+		// A rank at fault is sent as such, so that every rank's error
+		// names it through *PeerError, not only rank 0's.
+		if pe := (*collectives.PeerError)(nil); code == rejectOther && errors.As(err, &pe) {
+			msg = append([]byte{rejectPeer}, encodeFailed(pe.Rank, pe.Cause.Error())...)
+		}
 		if bad != nil {
 			_ = writeOnce(bad, kindReject, msg)
 			_ = bad.Close()
@@ -379,6 +385,13 @@ func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, p
 func rejection(payload []byte) error {
 	if len(payload) == 0 {
 		return fmt.Errorf("%w: empty reject", errMalformed)
+	}
+	if payload[0] == rejectPeer {
+		r, msg, err := decodeFailed(payload[1:], maxRanks)
+		if err != nil {
+			return err
+		}
+		return &collectives.PeerError{Rank: r, Cause: errors.New(msg)}
 	}
 	msg, err := decodeReject(payload[1:])
 	if err != nil {

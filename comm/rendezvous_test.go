@@ -146,6 +146,35 @@ func TestRendezvousDuplicateRank(t *testing.T) {
 	}
 }
 
+// A rank that joins and then vanishes before the job forms is named,
+// as a *PeerError, by every rank, not only by rank 0 which saw it go.
+func TestRendezvousLostRankNamedEverywhere(t *testing.T) {
+	opts := testOpts(&fakeFactory{})
+	opts.Timeout = 10 * time.Second
+	id := newID(t)
+	// Rank 3 never comes, so the job cannot form before rank 2 leaves.
+	root := goInit(id, 4, 0, opts)
+	leaf := goInit(id, 4, 1, opts)
+	waitFor(t, 5*time.Second, func() bool { return rootListens(id) }, "rank 0 to listen")
+	time.Sleep(200 * time.Millisecond) // rank 1 has joined
+	conn := dialWhenUp(t, id)
+	b := encodeHello(hello{id.Magic(), protocolVersion, 4, 2, uint32(os.Getpid())})
+	_, err := conn.Write(b[:])
+	require.NoError(t, err)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	fh, _, err := readFrame(conn, make([]byte, frameHeaderSize))
+	require.NoError(t, err)
+	require.Equal(t, uint8(kindHeartbeat), fh.Kind, "rank 0 acknowledged rank 2")
+	require.NoError(t, conn.Close()) // rank 2 dies before the job forms
+	for i, r := range []result{<-root, <-leaf} {
+		defer r.close()
+		var pe *collectives.PeerError
+		require.ErrorAsf(t, r.err, &pe, "rank %d: %v", i, r.err)
+		assert.Equalf(t, 2, pe.Rank, "rank %d names the lost rank", i)
+		assert.Contains(t, r.err.Error(), "disconnected before the job formed")
+	}
+}
+
 func rootListens(id UniqueID) bool {
 	c, err := net.Dial("tcp", id.Addr().String())
 	if err == nil {
@@ -334,6 +363,7 @@ func TestInitRankArgumentErrors(t *testing.T) {
 	}
 	_, err := InitRank(context.Background(), UniqueID{}, 2, 0, opts)
 	require.ErrorIs(t, err, ErrBadUniqueID)
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
 	_, err = InitAll(context.Background(), nil, opts)
 	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
 	_ = netip.AddrPort{}

@@ -5,11 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+
+	"github.com/goccl/goccl/collectives"
 )
 
 // UniqueIDBytes is the size of a UniqueID, as NCCL's ncclUniqueId.
@@ -46,8 +47,9 @@ const (
 // ranks (String/ParseUniqueID through an environment variable or a file).
 type UniqueID [UniqueIDBytes]byte
 
-// ErrBadUniqueID is wrapped by every UniqueID parsing error.
-var ErrBadUniqueID = errors.New("goccl: bad unique id")
+// ErrBadUniqueID is wrapped by every UniqueID parsing error; it wraps
+// collectives.ErrInvalidArgument, as every bad argument of InitRank does.
+var ErrBadUniqueID = fmt.Errorf("%w: bad unique id", collectives.ErrInvalidArgument)
 
 // NewUniqueID makes an id for a job whose rank 0 runs on this node: rank
 // 0 will listen on a loopback port that is free now. The port is found by

@@ -56,6 +56,7 @@ func TestParseUniqueIDErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseUniqueID(c.in)
 			require.ErrorIs(t, err, ErrBadUniqueID)
+			require.ErrorIs(t, err, ErrInvalidArgument)
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}

@@ -37,6 +37,13 @@ type Job struct {
 // Open initializes the communicators and their spaces.
 func Open(ctx context.Context, o Options) (*Job, error) {
 	backend := strings.ToLower(o.Backend)
+	if backend == "" || backend == "auto" {
+		// The library honours GOCCL_BACKEND under auto; so must the bench,
+		// which passes comm an explicit backend.
+		if v := os.Getenv("GOCCL_BACKEND"); v != "" {
+			backend = strings.ToLower(v)
+		}
+	}
 	var drv cuda.Driver
 	switch backend {
 	case "", "auto":
@@ -54,7 +61,7 @@ func Open(ctx context.Context, o Options) (*Job, error) {
 		}
 		drv = d
 	default:
-		return nil, fmt.Errorf("%w: backend %q (want host, gpu or auto)", collectives.ErrInvalidArgument, o.Backend)
+		return nil, fmt.Errorf("%w: backend %q from --backend or GOCCL_BACKEND (want host, gpu or auto)", collectives.ErrInvalidArgument, backend)
 	}
 	opts := comm.Options{Backend: backend, Timeout: o.Timeout}
 	j := &Job{Backend: backend}

@@ -27,6 +27,9 @@ func infoMain(args []string) int {
 	fs := flag.NewFlagSet("goccl info", flag.ContinueOnError)
 	jsonOut := fs.Bool("json", false, "print the facts and choices as JSON")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // as `goccl run -h` and `goccl bench -h`
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {

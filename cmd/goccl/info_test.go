@@ -227,4 +227,5 @@ func TestInfoJSON(t *testing.T) {
 func TestInfoMainFlags(t *testing.T) {
 	assert.Equal(t, 2, infoMain([]string{"--bogus"}))
 	assert.Equal(t, 2, infoMain([]string{"extra"}))
+	assert.Equal(t, 0, infoMain([]string{"-h"}), "help is not an error")
 }
