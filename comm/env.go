@@ -111,6 +111,13 @@ func ParseEnv(env map[string]string, ppid int) (EnvInfo, error) {
 	}
 	ma, hasAddr := env["MASTER_ADDR"]
 	mp, hasPort := env["MASTER_PORT"]
+	// Under torchrun the agent's own store listens on MASTER_PORT, so rank
+	// 0 cannot bind it: on one node, rendezvous through a file named by the
+	// elastic run instead (set GOCCL_COMM_ID for jobs across nodes).
+	if run := env["TORCHELASTIC_RUN_ID"]; run != "" && info.LocalSize == info.Size {
+		info.JobKey = "torchelastic=" + run + "." + env["TORCHELASTIC_RESTART_COUNT"] + "." + mp
+		return info, nil
+	}
 	switch {
 	case hasAddr && !hasPort:
 		return info, fmt.Errorf("%w: MASTER_ADDR=%q is set but MASTER_PORT is not", collectives.ErrInvalidArgument, ma)

@@ -36,6 +36,10 @@ func TestParseEnv(t *testing.T) {
 			EnvInfo{Rank: 1, Size: 3, LocalRank: 1, LocalSize: 3, Source: SourcePMI, JobKey: "PMI_KVSNAME=kvs_1"}},
 		{"slurm", map[string]string{"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"}, 5,
 			EnvInfo{Rank: 6, Size: 8, LocalRank: 2, LocalSize: 8, Source: SourceSlurm, JobKey: "SLURM_JOB_ID=77.0"}},
+		{"torchrun's agent holds MASTER_PORT: file rendezvous on one node", map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"}, 0,
+			EnvInfo{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Source: SourceTorchrun, JobKey: "torchelastic=none.0.29500"}},
+		{"torchrun across nodes keeps MASTER_ADDR", map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "r1"}, 0,
+			EnvInfo{Rank: 5, Size: 8, LocalRank: 1, LocalSize: 4, Source: SourceTorchrun, Addr: ap("127.0.0.1:29500"), AddrVar: "MASTER_ADDR"}},
 		{"torchrun wins over slurm", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, 0,
 			EnvInfo{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Source: SourceTorchrun, Addr: ap("127.0.0.1:9"), AddrVar: "MASTER_ADDR"}},
 	}
