@@ -69,8 +69,8 @@ func TestUnmappableSegment(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`(mmap|memfd|ftruncate).*(segment|memfd|bytes)`), err.Error())
 	assert.Less(t, took, 10*time.Second)
 	s := settle(base)
-	assert.Equal(t, base.fds, s.fds, "descriptors")
+	assert.LessOrEqual(t, s.fds, base.fds, "descriptors (more than the baseline is a leak)")
 	assert.Equal(t, 0, s.shmMaps, "mappings")
-	assert.Equal(t, base.goroutines, s.goroutines, "goroutines")
+	assert.LessOrEqual(t, s.goroutines, base.goroutines, "goroutines (more than the baseline is a leak; an earlier test's may end late)")
 	t.Logf("failed after %v: %v", took, err)
 }

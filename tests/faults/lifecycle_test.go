@@ -62,8 +62,8 @@ func TestCreateDestroyCycles(t *testing.T) {
 	}
 	took := time.Since(start)
 	s := settle(base)
-	assert.Equal(t, base.fds, s.fds, "open descriptors")
-	assert.Equal(t, base.goroutines, s.goroutines, "goroutines")
+	assert.LessOrEqual(t, s.fds, base.fds, "open descriptors (more than the baseline is a leak; an earlier test's may close late)")
+	assert.LessOrEqual(t, s.goroutines, base.goroutines, "goroutines (more than the baseline is a leak; an earlier test's may end late)")
 	assert.Equal(t, 0, s.shmMaps, "memfd mappings in /proc/self/maps")
 	assert.Equal(t, base.sockets, s.sockets, "abstract goccl sockets")
 	assert.LessOrEqual(t, s.threads, base.threads+8, "threads")
