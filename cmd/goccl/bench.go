@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/goccl/goccl/bench"
@@ -23,7 +24,8 @@ func benchMain(args []string) int {
 				return 0
 			}
 		}
-		fmt.Fprintf(os.Stderr, "goccl bench: %v\n\n%s", err, bench.Usage)
+		// The package's errors start with "bench: "; say it once.
+		fmt.Fprintf(os.Stderr, "goccl bench: %s\n\n%s", strings.TrimPrefix(err.Error(), "bench: "), bench.Usage)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
