@@ -444,7 +444,7 @@ func (r *runner) timed(ctx context.Context, a *collectives.Args) (time.Duration,
 // returns this rank's wrong element count.
 func (r *runner) check(ctx context.Context, a *collectives.Args, sh Shape, root int, inPlace bool, rep int) (int64, error) {
 	c := check.Case{Coll: a.Coll, Type: a.Type, Op: a.Op, Root: a.Root, NRanks: r.n, Count: a.Count,
-		Seed: seedOf(r.cfg.Seed, uint64(sh.Bytes), uint64(a.Type), uint64(a.Op), uint64(root+1), boolU(inPlace), uint64(rep))}
+		Seed: check.Seed(r.cfg.Seed, uint64(sh.Bytes), uint64(a.Type), uint64(a.Op), uint64(root+1), boolU(inPlace), uint64(rep))}
 	sp := r.rk.Space
 	ts := a.Type.Size()
 	poison := check.PoisonByte(rep)
@@ -495,18 +495,4 @@ func boolU(b bool) uint64 {
 		return 1
 	}
 	return 0
-}
-
-// seedOf hashes its parts into one seed (splitmix64 steps).
-func seedOf(parts ...uint64) uint64 {
-	h := uint64(0x243f6a8885a308d3)
-	for _, p := range parts {
-		h += p + 0x9e3779b97f4a7c15
-		h ^= h >> 30
-		h *= 0xbf58476d1ce4e5b9
-		h ^= h >> 27
-		h *= 0x94d049bb133111eb
-		h ^= h >> 31
-	}
-	return h
 }

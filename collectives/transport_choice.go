@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/goccl/goccl/topology"
+	"github.com/goccl/goccl/transport/nvls"
 )
 
 // Transport names, as GOCCL_TRANSPORT takes them.
@@ -212,7 +213,7 @@ func nvlsDecision(f *topology.Facts, gpus []int, nranks int, vmmOK bool, forced 
 	if !open {
 		return false, "supported by hardware, not enabled: " + why
 	}
-	if nranks <= 2 && !forced {
+	if nranks < nvls.MinRanks && !forced {
 		return false, fmt.Sprintf("supported and enabled, not used: %d ranks, where NVLink peer access moves no more bytes than the switch", nranks)
 	}
 	return true, "supported and enabled: used in addition for the collectives and sizes that suit it"

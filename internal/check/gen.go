@@ -67,6 +67,17 @@ func mix64(z uint64) uint64 {
 	return z
 }
 
+// Seed hashes its parts into one case seed (a splitmix64 step per part),
+// so that callers derive distinct, reproducible seeds from a base seed and
+// a case's coordinates.
+func Seed(parts ...uint64) uint64 {
+	h := uint64(0x243f6a8885a308d3)
+	for _, p := range parts {
+		h = mix64(h + p + 0x9e3779b97f4a7c15)
+	}
+	return h
+}
+
 func (g *gen) word(rank, idx int) uint64 {
 	return mix64(g.base[rank] + uint64(idx)*0x9e3779b97f4a7c15)
 }

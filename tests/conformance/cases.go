@@ -46,7 +46,7 @@ func buildCases(c *config, n int) ([]tcase, error) {
 		for _, ip := range c.placements() {
 			i := len(out)
 			out = append(out, tcase{
-				Case:    check.Case{Coll: coll, Type: dt, Op: op, Root: root, NRanks: n, Count: count, Seed: seedOf(c.seed, uint64(i))},
+				Case:    check.Case{Coll: coll, Type: dt, Op: op, Root: root, NRanks: n, Count: count, Seed: check.Seed(c.seed, uint64(i))},
 				inPlace: ip,
 				poison:  check.PoisonByte(i),
 			})
@@ -85,18 +85,4 @@ func buildCases(c *config, n int) ([]tcase, error) {
 		})
 	}
 	return out, nil
-}
-
-// seedOf hashes its parts into one seed (splitmix64 steps).
-func seedOf(parts ...uint64) uint64 {
-	h := uint64(0x243f6a8885a308d3)
-	for _, p := range parts {
-		h += p + 0x9e3779b97f4a7c15
-		h ^= h >> 30
-		h *= 0xbf58476d1ce4e5b9
-		h ^= h >> 27
-		h *= 0x94d049bb133111eb
-		h ^= h >> 31
-	}
-	return h
 }

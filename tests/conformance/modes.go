@@ -28,7 +28,7 @@ func (r *rankRunner) slotCase(i int, coll collectives.Collective, salt uint64) t
 	c := r.cfg
 	return tcase{Case: check.Case{
 		Coll: coll, Type: c.types[i%len(c.types)], Op: c.ops[i%len(c.ops)], Root: i % r.n,
-		NRanks: r.n, Count: c.modeCount(), Seed: seedOf(c.seed, salt, uint64(i)),
+		NRanks: r.n, Count: c.modeCount(), Seed: check.Seed(c.seed, salt, uint64(i)),
 	}, poison: check.PoisonByte(i)}
 }
 
@@ -110,7 +110,7 @@ func (r *rankRunner) graphOne(ctx context.Context, g membuf.Grapher, s *slot, i 
 	defer graph.Close()
 	for rep := 0; rep < r.cfg.graph; rep++ {
 		tc := s.tc
-		tc.Seed = seedOf(r.cfg.seed, 0x7265706c6179, uint64(i), uint64(rep))
+		tc.Seed = check.Seed(r.cfg.seed, 0x7265706c6179, uint64(i), uint64(rep))
 		tc.poison = check.PoisonByte(rep)
 		if err := r.prepare(tc, s.l); err != nil {
 			return err
@@ -151,7 +151,7 @@ func (r *rankRunner) runStress(ctx context.Context) error {
 	for k := 0; k < r.cfg.stress; k++ {
 		i := k
 		if k >= len(slots) {
-			i = int(seedOf(r.cfg.seed, 0x6d6978, uint64(k)) % uint64(len(slots)))
+			i = int(check.Seed(r.cfg.seed, 0x6d6978, uint64(k)) % uint64(len(slots)))
 		}
 		if err := r.rk.Comm.Run(ctx, &slots[i].l.args); err != nil {
 			return fmt.Errorf("stress call %d (%v): %w", k, slots[i].tc, err)
