@@ -91,10 +91,12 @@ func (b *backend) sources(own []byte, p, lo, hi int) [][]byte {
 }
 
 // allReduceOneShot: every rank stages its chunk; every rank reduces all.
-func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args) error {
+// With all false it is Reduce: only the root reduces.
+func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all bool) error {
 	total := a.Count * a.Type.Size()
 	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
 	red := reducer(a.Type, a.Op)
+	reduces := all || b.rank == a.Root
 	first := true
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
@@ -106,27 +108,7 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args) err
 		}
 		// The staged copy, not send, is this rank's source: send may be
 		// recv, and the reduction visits ranks in order.
-		red(recv[off:off+m], b.sources(mine, p, 0, m), b.n, &b.sc)
-	}
-	return nil
-}
-
-// reduceOneShot: every rank stages its chunk; the root reduces all.
-func (b *backend) reduceOneShot(ctx context.Context, a *collectives.Args) error {
-	total := a.Count * a.Type.Size()
-	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
-	red := reducer(a.Type, a.Op)
-	root := b.rank == a.Root
-	first := true
-	for off := 0; off < total; off += b.cfg.StagingBytes {
-		m := min(b.cfg.StagingBytes, total-off)
-		p := b.parity()
-		mine := b.stage[p][b.rank][:m]
-		copy(mine, send[off:off+m])
-		if err := b.sync(ctx, a, &first); err != nil {
-			return err
-		}
-		if root {
+		if reduces {
 			red(recv[off:off+m], b.sources(mine, p, 0, m), b.n, &b.sc)
 		}
 	}

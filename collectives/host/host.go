@@ -152,12 +152,12 @@ func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
 	switch a.Coll {
 	case collectives.AllReduce:
 		if b.oneShot(a) {
-			return b.allReduceOneShot(ctx, a)
+			return b.allReduceOneShot(ctx, a, true)
 		}
 		return b.allReduceTwoShot(ctx, a, true)
 	case collectives.Reduce:
 		if b.oneShot(a) {
-			return b.reduceOneShot(ctx, a)
+			return b.allReduceOneShot(ctx, a, false)
 		}
 		return b.allReduceTwoShot(ctx, a, false)
 	case collectives.Broadcast:
