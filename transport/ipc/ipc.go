@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -26,7 +25,7 @@ type Mapper struct {
 	ctx cuda.Context
 
 	mu      sync.Mutex // held for a whole collective operation
-	regions []*transport.Region
+	regions transport.Regions[*region]
 	opens   map[openKey]*openEntry
 	closed  bool
 }
@@ -178,7 +177,7 @@ func (m *Mapper) mapPeers(ctx context.Context, all [][]byte, local uintptr, size
 		return nil, err
 	}
 	out := &transport.Region{Size: size, Local: local, Peers: peers, Priv: reg}
-	m.regions = append(m.regions, out)
+	m.regions.Add(out)
 	return out, nil
 }
 
@@ -244,16 +243,7 @@ func (m *Mapper) Free(ctx context.Context, r *transport.Region) error {
 }
 
 func (m *Mapper) take(r *transport.Region) (*region, bool) {
-	if r == nil {
-		return nil, false
-	}
-	i := slices.Index(m.regions, r)
-	reg, ok := r.Priv.(*region)
-	if i < 0 || !ok || reg.m != m {
-		return nil, false
-	}
-	m.regions = slices.Delete(m.regions, i, i+1)
-	return reg, true
+	return m.regions.Take(r, func(reg *region) bool { return reg.m == m })
 }
 
 // Close frees the regions still live, newest first (collective, like Free).
@@ -264,15 +254,7 @@ func (m *Mapper) Close() error {
 		return nil
 	}
 	m.closed = true
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	var errs []error
-	for len(m.regions) > 0 {
-		r := m.regions[len(m.regions)-1]
-		reg, _ := m.take(r)
-		if err := m.release(ctx, reg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return m.regions.Drain(closeTimeout, func(ctx context.Context, _ *transport.Region, reg *region) error {
+		return m.release(ctx, reg)
+	})
 }

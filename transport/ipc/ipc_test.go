@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,26 +21,13 @@ import (
 // shared fake, and returns every rank's error.
 func onRanks(t *testing.T, n int, fake *cudatest.Fake, f func(ctx context.Context, r int, m *Mapper) error) []error {
 	t.Helper()
-	g := transporttest.NewGroup(n)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			m, err := New(fake, g.Rank(r), cudatest.Ctx(r))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = f(ctx, r, m)
-		}(r)
-	}
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "ranks did not finish in time")
-	return errs
+	return transporttest.NewGroup(n).OnRanks(t, func(ctx context.Context, r int, b transport.Bootstrap) error {
+		m, err := New(fake, b, cudatest.Ctx(r))
+		if err != nil {
+			return err
+		}
+		return f(ctx, r, m)
+	})
 }
 
 // checkPeers asserts that every rank's Peers[p] reaches rank p's Local.

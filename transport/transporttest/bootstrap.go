@@ -41,16 +41,7 @@ func (g *Group) Rank(r int) transport.Bootstrap { return &boot{g: g, rank: r} }
 
 // Run calls f on every rank concurrently and returns the first error.
 func (g *Group) Run(f func(rank int, b transport.Bootstrap) error) error {
-	errs := make([]error, g.n)
-	var wg sync.WaitGroup
-	for r := 0; r < g.n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			errs[r] = f(r, g.Rank(r))
-		}(r)
-	}
-	wg.Wait()
+	errs := g.each(func(r int) error { return f(r, g.Rank(r)) })
 	for r, err := range errs {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", r, err)

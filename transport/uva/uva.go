@@ -30,7 +30,7 @@ type Mapper struct {
 	ctx cuda.Context
 
 	mu      sync.Mutex // held for a whole collective operation
-	regions []*transport.Region
+	regions transport.Regions[*region]
 	peers   map[cuda.Device]bool // peer devices whose primary context is retained and reachable
 	closed  bool
 }
@@ -135,7 +135,7 @@ func (m *Mapper) share(ctx context.Context, local *StepError, p uintptr, size ui
 		return nil, err
 	}
 	out := &transport.Region{Size: size, Local: p, Peers: peers, Priv: &region{m: m, owned: owned}}
-	m.regions = append(m.regions, out)
+	m.regions.Add(out)
 	return out, nil
 }
 
@@ -185,16 +185,7 @@ func (m *Mapper) release(ctx context.Context, r *transport.Region, reg *region) 
 }
 
 func (m *Mapper) take(r *transport.Region) (*region, bool) {
-	if r == nil {
-		return nil, false
-	}
-	i := slices.Index(m.regions, r)
-	reg, ok := r.Priv.(*region)
-	if i < 0 || !ok || reg.m != m {
-		return nil, false
-	}
-	m.regions = slices.Delete(m.regions, i, i+1)
-	return reg, true
+	return m.regions.Take(r, func(reg *region) bool { return reg.m == m })
 }
 
 // Close frees the regions still live, newest first (collective, like
@@ -206,15 +197,9 @@ func (m *Mapper) Close() error {
 		return nil
 	}
 	m.closed = true
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
 	var errs []error
-	for len(m.regions) > 0 {
-		r := m.regions[len(m.regions)-1]
-		reg, _ := m.take(r)
-		if err := m.release(ctx, r, reg); err != nil {
-			errs = append(errs, err)
-		}
+	if err := m.regions.Drain(closeTimeout, m.release); err != nil {
+		errs = append(errs, err)
 	}
 	for _, dev := range slices.Sorted(maps.Keys(m.peers)) {
 		if err := m.drv.PrimaryCtxRelease(dev); err != nil {

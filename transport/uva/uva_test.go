@@ -22,27 +22,14 @@ import (
 // context, and returns every rank's error.
 func onRanks(t *testing.T, n int, fake *cudatest.Fake, dev func(int) int, f func(ctx context.Context, r int, m *Mapper) error) []error {
 	t.Helper()
-	g := transporttest.NewGroup(n)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			d := dev(r)
-			m, err := New(fake, g.Rank(r), cuda.Device(d), cudatest.Ctx(d))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = f(ctx, r, m)
-		}(r)
-	}
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "ranks did not finish in time")
-	return errs
+	return transporttest.NewGroup(n).OnRanks(t, func(ctx context.Context, r int, b transport.Bootstrap) error {
+		d := dev(r)
+		m, err := New(fake, b, cuda.Device(d), cudatest.Ctx(d))
+		if err != nil {
+			return err
+		}
+		return f(ctx, r, m)
+	})
 }
 
 func own(r int) int { return r }

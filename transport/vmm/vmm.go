@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +32,7 @@ type Mapper struct {
 	dev cuda.Device
 
 	mu      sync.Mutex // held for a whole collective operation
-	regions []*transport.Region
+	regions transport.Regions[*region]
 	gran    uint64 // allocation granularity, once known
 	seq     uint64 // Allocs so far: the same on every rank, names a region across ranks
 	closed  bool
@@ -144,7 +143,7 @@ func (m *Mapper) Alloc(ctx context.Context, size uint64) (*transport.Region, err
 	}
 	peers[me] = uintptr(reg.local.va)
 	out := &transport.Region{Size: reg.local.size, Local: uintptr(reg.local.va), Peers: peers, Priv: reg}
-	m.regions = append(m.regions, out)
+	m.regions.Add(out)
 	return out, nil
 }
 
@@ -279,7 +278,7 @@ func (m *Mapper) release(ctx context.Context, reg *region) error {
 	if err := m.undo(&reg.local); err != nil {
 		errs = append(errs, stepErr(me, "release local memory", -1, err))
 	}
-	m.regions = slices.DeleteFunc(m.regions, func(v *transport.Region) bool {
+	m.regions.DeleteFunc(func(v *transport.Region) bool {
 		vr, ok := v.Priv.(*region)
 		return ok && vr.parent != nil && vr.parent.Priv == reg
 	})
@@ -332,7 +331,7 @@ func (m *Mapper) Register(ctx context.Context, ptr uintptr, size uint64) (*trans
 		return nil, err
 	}
 	out := &transport.Region{Size: size, Local: ptr, Peers: peers, Priv: &region{m: m, seq: preg.seq, parent: parent}}
-	m.regions = append(m.regions, out)
+	m.regions.Add(out)
 	return out, nil
 }
 
@@ -341,7 +340,7 @@ func (m *Mapper) owner(ptr uintptr, size uint64) *transport.Region {
 	if size == 0 {
 		return nil
 	}
-	for _, r := range m.regions {
+	for r := range m.regions.All() {
 		if reg := r.Priv.(*region); reg.parent == nil &&
 			ptr >= r.Local && uint64(ptr-r.Local) < r.Size && size <= r.Size-uint64(ptr-r.Local) {
 			return r
@@ -366,16 +365,7 @@ func (m *Mapper) Free(ctx context.Context, r *transport.Region) error {
 }
 
 func (m *Mapper) take(r *transport.Region) (*region, bool) {
-	if r == nil {
-		return nil, false
-	}
-	i := slices.Index(m.regions, r)
-	reg, ok := r.Priv.(*region)
-	if i < 0 || !ok || reg.m != m {
-		return nil, false
-	}
-	m.regions = slices.Delete(m.regions, i, i+1)
-	return reg, true
+	return m.regions.Take(r, func(reg *region) bool { return reg.m == m })
 }
 
 // Close frees the regions still live, newest first (collective, like Free).
@@ -386,17 +376,10 @@ func (m *Mapper) Close() error {
 		return nil
 	}
 	m.closed = true
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	var errs []error
-	for len(m.regions) > 0 {
-		reg, _ := m.take(m.regions[len(m.regions)-1])
+	return m.regions.Drain(closeTimeout, func(ctx context.Context, _ *transport.Region, reg *region) error {
 		if reg.parent != nil {
-			continue
+			return nil
 		}
-		if err := m.release(ctx, reg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+		return m.release(ctx, reg)
+	})
 }

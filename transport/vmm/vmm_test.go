@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,48 +18,22 @@ import (
 	"github.com/goccl/goccl/transport/transporttest"
 )
 
-func openFDs(t *testing.T) int {
-	t.Helper()
-	// The runtime opens its poller's fds on first use; make that happen
-	// before any count so that it is not taken for a leak.
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	r.Close()
-	w.Close()
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	return len(ents)
-}
-
-// onRanks runs f on n ranks (goroutines), rank r with device r and its own
+// onRanks runs f on g's ranks (goroutines), rank r with device r and its own
 // Mapper over the shared fake; wrap, when set, wraps each rank's bootstrap.
-func onRanks(t *testing.T, g *transporttest.Group, n int, fake *cudatest.Fake,
+func onRanks(t *testing.T, g *transporttest.Group, fake *cudatest.Fake,
 	wrap func(r int, b transport.Bootstrap) transport.Bootstrap,
 	f func(ctx context.Context, r int, m *Mapper) error) []error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			b := g.Rank(r)
-			if wrap != nil {
-				b = wrap(r, b)
-			}
-			m, err := New(fake, b, cudatest.Ctx(r), cuda.Device(r))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = f(ctx, r, m)
-		}(r)
-	}
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "ranks did not finish in time")
-	return errs
+	return g.OnRanks(t, func(ctx context.Context, r int, b transport.Bootstrap) error {
+		if wrap != nil {
+			b = wrap(r, b)
+		}
+		m, err := New(fake, b, cudatest.Ctx(r), cuda.Device(r))
+		if err != nil {
+			return err
+		}
+		return f(ctx, r, m)
+	})
 }
 
 func checkPeers(t *testing.T, fake *cudatest.Fake, regions []*transport.Region) {
@@ -110,12 +83,12 @@ func TestAllocMapsEveryPeerAndRoundsUp(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4} {
 		for _, sz := range sizes {
 			t.Run(fmt.Sprintf("%d ranks, %d bytes", n, sz.ask), func(t *testing.T) {
-				fds := openFDs(t)
+				fds := transporttest.OpenFDs(t)
 				fake := cudatest.New()
 				regions := make([]*transport.Region, n)
 				var mu sync.Mutex
 				checked := make(chan struct{})
-				errs := onRanks(t, transporttest.NewGroup(n), n, fake, nil, func(ctx context.Context, r int, m *Mapper) error {
+				errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
 					reg, err := m.Alloc(ctx, sz.ask)
 					if err != nil {
 						return err
@@ -142,7 +115,7 @@ func TestAllocMapsEveryPeerAndRoundsUp(t *testing.T) {
 					require.NoError(t, err, "rank %d", r)
 				}
 				checkClean(t, fake)
-				assert.Equal(t, fds, openFDs(t), "file descriptors leaked")
+				assert.Equal(t, fds, transporttest.OpenFDs(t), "file descriptors leaked")
 			})
 		}
 	}
@@ -151,8 +124,8 @@ func TestAllocMapsEveryPeerAndRoundsUp(t *testing.T) {
 func TestRegisterViewsOfAlloc(t *testing.T) {
 	const n = 3
 	fake := cudatest.New()
-	fds := openFDs(t)
-	errs := onRanks(t, transporttest.NewGroup(n), n, fake, nil, func(ctx context.Context, r int, m *Mapper) error {
+	fds := transporttest.OpenFDs(t)
+	errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
 		a, err := m.Alloc(ctx, 4<<20)
 		if err != nil {
 			return err
@@ -209,7 +182,7 @@ func TestRegisterViewsOfAlloc(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	checkClean(t, fake)
-	assert.Equal(t, fds, openFDs(t), "file descriptors leaked")
+	assert.Equal(t, fds, transporttest.OpenFDs(t), "file descriptors leaked")
 }
 
 // failingRecv fails RecvFDs on its rank, after that rank's sends went out.
@@ -242,7 +215,7 @@ func TestFailureInjection(t *testing.T) {
 	for _, st := range steps {
 		for failRank := 0; failRank < n; failRank++ {
 			t.Run(fmt.Sprintf("%s#%d on rank %d", st.op, st.nth, failRank), func(t *testing.T) {
-				fds := openFDs(t)
+				fds := transporttest.OpenFDs(t)
 				fake := cudatest.New()
 				var seen atomic.Int32
 				fake.Hook = func(op string, ctx cuda.Context) error {
@@ -251,7 +224,7 @@ func TestFailureInjection(t *testing.T) {
 					}
 					return nil
 				}
-				errs := onRanks(t, transporttest.NewGroup(n), n, fake, nil, func(ctx context.Context, r int, m *Mapper) error {
+				errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
 					_, err := m.Alloc(ctx, 3<<20)
 					if err == nil {
 						return errors.New("Alloc succeeded despite the injected failure")
@@ -276,7 +249,7 @@ func TestFailureInjection(t *testing.T) {
 					assert.Contains(t, err.Error(), "[close: <nil>]")
 				}
 				checkClean(t, fake)
-				assert.Equal(t, fds, openFDs(t), "file descriptors leaked")
+				assert.Equal(t, fds, transporttest.OpenFDs(t), "file descriptors leaked")
 			})
 		}
 	}
@@ -284,7 +257,7 @@ func TestFailureInjection(t *testing.T) {
 
 func TestExchangeFailureReleasesEverything(t *testing.T) {
 	const n, bad = 3, 2
-	fds := openFDs(t)
+	fds := transporttest.OpenFDs(t)
 	fake := cudatest.New()
 	g := transporttest.NewGroup(n)
 	wrap := func(r int, b transport.Bootstrap) transport.Bootstrap {
@@ -293,7 +266,7 @@ func TestExchangeFailureReleasesEverything(t *testing.T) {
 		}
 		return b
 	}
-	errs := onRanks(t, g, n, fake, wrap, func(ctx context.Context, r int, m *Mapper) error {
+	errs := onRanks(t, g, fake, wrap, func(ctx context.Context, r int, m *Mapper) error {
 		_, err := m.Alloc(ctx, 1<<20)
 		return err
 	})
@@ -318,14 +291,14 @@ func TestExchangeFailureReleasesEverything(t *testing.T) {
 		}
 	}
 	checkClean(t, fake)
-	assert.Equal(t, fds, openFDs(t), "file descriptors leaked")
+	assert.Equal(t, fds, transporttest.OpenFDs(t), "file descriptors leaked")
 }
 
 func TestCloseFreesRemainingRegions(t *testing.T) {
 	const n = 2
 	fake := cudatest.New()
-	fds := openFDs(t)
-	errs := onRanks(t, transporttest.NewGroup(n), n, fake, nil, func(ctx context.Context, r int, m *Mapper) error {
+	fds := transporttest.OpenFDs(t)
+	errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
 		for i := 0; i < 3; i++ {
 			if _, err := m.Alloc(ctx, 1<<20); err != nil {
 				return err
@@ -343,7 +316,7 @@ func TestCloseFreesRemainingRegions(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	checkClean(t, fake)
-	assert.Equal(t, fds, openFDs(t), "file descriptors leaked")
+	assert.Equal(t, fds, transporttest.OpenFDs(t), "file descriptors leaked")
 }
 
 func TestRoundUp(t *testing.T) {
