@@ -16,6 +16,7 @@ import (
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/cuda"
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/nvls/nvlstest"
 	"github.com/goccl/goccl/transport/transporttest"
 )
 
@@ -50,7 +51,7 @@ const (
 type nvlsRig struct {
 	bes  []*Backend
 	drvs []*mcDriver
-	node *mcNode
+	node *nvlstest.Node
 }
 
 // newNVLSRig builds n backends over the fake multicast node; prep may set
@@ -93,7 +94,7 @@ func (r *nvlsRig) close(t *testing.T) {
 
 func (r *nvlsRig) assertNothingLive(t *testing.T) {
 	t.Helper()
-	h, res, maps, binds := r.node.live()
+	h, res, maps, binds := r.node.Live()
 	assert.Zero(t, h, "multicast and memory handles")
 	assert.Zero(t, res, "address reservations")
 	assert.Zero(t, maps, "mappings")
@@ -146,9 +147,7 @@ func TestNVLSTeamBuiltAtNew(t *testing.T) {
 			setNVLSEnv(t, gateOpen)
 			logs := captureLog(t)
 			r := newNVLSRig(t, n, Config{}, nil)
-			r.node.mu.Lock()
-			assert.Len(t, r.node.created, 1, "one multicast object for the team")
-			r.node.mu.Unlock()
+			assert.Len(t, r.node.Created(), 1, "one multicast object for the team")
 			for rank, be := range r.bes {
 				d := r.drvs[rank]
 				on, reason := be.NVLS()
@@ -157,7 +156,7 @@ func TestNVLSTeamBuiltAtNew(t *testing.T) {
 				assert.NotZero(t, d.mcVA)
 				assert.NotZero(t, d.ucVA)
 				creates := 0
-				for _, c := range d.calls {
+				for _, c := range d.Calls {
 					if c == "MulticastCreate" {
 						creates++
 					}
@@ -591,10 +590,10 @@ func TestNVLSSetupFailureFallsBackTogether(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			setNVLSEnv(t, gateOpen)
 			logs := captureLog(t)
-			fds := countFDs()
+			fds := nvlstest.CountFDs()
 			r := newNVLSRig(t, n, Config{}, func(rank int, d *mcDriver) {
 				if rank == tc.rank {
-					d.failCall = tc.failCall
+					d.FailCall = tc.failCall
 					d.failOn, d.failAfter = tc.failOn, 1
 				}
 			})
@@ -612,7 +611,7 @@ func TestNVLSSetupFailureFallsBackTogether(t *testing.T) {
 			}
 			assert.Len(t, logs.lines("level=INFO", "nvls decision", "nvls=false"), n)
 			r.assertNothingLive(t)
-			assert.Equal(t, fds, countFDs(), "no descriptor leaked")
+			assert.Equal(t, fds, nvlstest.CountFDs(), "no descriptor leaked")
 
 			// Calls take the ordinary kernels, on every rank alike.
 			for rank, be := range r.bes {
@@ -680,9 +679,9 @@ func TestNVLSGateClosedMakesNoMulticastCall(t *testing.T) {
 					assert.Len(t, logs.lines("level=WARN", "GOCCL_ALGO=nvls"), tc.n, "one warning per rank")
 				}
 				r.close(t)
-				assert.Zero(t, r.node.multicastCalls(), "Multicast* calls")
+				assert.Zero(t, r.node.MulticastCalls(), "Multicast* calls")
 				for rank, d := range r.drvs {
-					assert.Equal(t, []string{"mapper.Free"}, d.calls, "rank %d: no VMM or multicast call at all", rank)
+					assert.Equal(t, []string{"mapper.Free"}, d.Calls, "rank %d: no VMM or multicast call at all", rank)
 				}
 			})
 		}
@@ -693,21 +692,21 @@ func TestNVLSCloseTearsDownTeamFirst(t *testing.T) {
 	setNVLSEnv(t, gateOpen)
 	r := newNVLSRig(t, 4, Config{}, nil)
 	for _, d := range r.drvs {
-		d.calls = nil
+		d.Calls = nil
 	}
 	r.close(t)
 	r.assertNothingLive(t)
 	for rank, d := range r.drvs {
 		last := func(name string) int {
-			i := len(d.calls) - 1
-			for i >= 0 && d.calls[i] != name {
+			i := len(d.Calls) - 1
+			for i >= 0 && d.Calls[i] != name {
 				i--
 			}
 			return i
 		}
 		free := last("mapper.Free")
 		require.GreaterOrEqual(t, free, 0, "rank %d freed its workspace", rank)
-		assert.Equal(t, 1, strings.Count(strings.Join(d.calls, ","), "MulticastUnbind"), "rank %d", rank)
+		assert.Equal(t, 1, strings.Count(strings.Join(d.Calls, ","), "MulticastUnbind"), "rank %d", rank)
 		assert.Less(t, last("MulticastUnbind"), free, "rank %d: team before workspace", rank)
 		assert.Less(t, last("MemRelease"), free, "rank %d: team before workspace", rank)
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/nvls/nvlstest"
 	"github.com/goccl/goccl/transport/transporttest"
 )
 
@@ -34,38 +35,38 @@ type recBoot struct {
 }
 
 func (b *recBoot) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
-	b.d.calls = append(b.d.calls, "AllGather")
+	b.d.Calls = append(b.d.Calls, "AllGather")
 	return b.Bootstrap.AllGather(ctx, data)
 }
 
 func (b *recBoot) Barrier(ctx context.Context) error {
-	b.d.calls = append(b.d.calls, "Barrier")
+	b.d.Calls = append(b.d.Calls, "Barrier")
 	return b.Bootstrap.Barrier(ctx)
 }
 
 func (b *recBoot) SendFDs(ctx context.Context, peer int, fds []int) error {
-	b.d.calls = append(b.d.calls, fmt.Sprintf("SendFDs %d", peer))
+	b.d.Calls = append(b.d.Calls, fmt.Sprintf("SendFDs %d", peer))
 	if peer == b.failSendTo {
-		return fmt.Errorf("send to %d: %w", peer, errInjected)
+		return fmt.Errorf("send to %d: %w", peer, nvlstest.ErrInjected)
 	}
 	return b.Bootstrap.SendFDs(ctx, peer, fds)
 }
 
 func (b *recBoot) RecvFDs(ctx context.Context, peer, n int) ([]int, error) {
-	b.d.calls = append(b.d.calls, fmt.Sprintf("RecvFDs %d", peer))
+	b.d.Calls = append(b.d.Calls, fmt.Sprintf("RecvFDs %d", peer))
 	fds, err := b.Bootstrap.RecvFDs(ctx, peer, n)
 	if err == nil && b.failRecv {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("recv: %w", errInjected)
+		return nil, fmt.Errorf("recv: %w", nvlstest.ErrInjected)
 	}
 	return fds, err
 }
 
 // team is n fake ranks on one fake node.
 type team struct {
-	sys   *fakeSystem
+	sys   *nvlstest.Node
 	drv   []*fakeDriver
 	boots []*recBoot
 	cfg   []Config
@@ -73,12 +74,12 @@ type team struct {
 
 func newTeam(n int, mcGran, vmmGran, size uint64) *team {
 	g := transporttest.NewGroup(n)
-	t := &team{sys: newFakeSystem(mcGran, vmmGran)}
+	t := &team{sys: nvlstest.NewNode(mcGran, vmmGran)}
 	for r := 0; r < n; r++ {
 		d := newFakeDriver(t.sys, r)
 		t.drv = append(t.drv, d)
 		t.boots = append(t.boots, &recBoot{Bootstrap: g.Rank(r), d: d, failSendTo: -1})
-		t.cfg = append(t.cfg, Config{Driver: d, Ctx: d.ctx, Device: d.dev, Size: size, Getenv: openGate})
+		t.cfg = append(t.cfg, Config{Driver: d, Ctx: d.Ctx, Device: d.Dev, Size: size, Getenv: openGate})
 	}
 	return t
 }

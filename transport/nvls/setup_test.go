@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/nvls/nvlstest"
 )
 
 const mib = 1 << 20
@@ -17,17 +18,17 @@ const mib = 1 << 20
 // held and that the process holds exactly the descriptors it held before.
 func requireClean(t *testing.T, tm *team, fds0 int) {
 	t.Helper()
-	h, res, maps, binds := tm.sys.live()
+	h, res, maps, binds := tm.sys.Live()
 	assert.Zero(t, h, "live handles")
 	assert.Zero(t, res, "live reservations")
 	assert.Zero(t, maps, "live mappings")
 	assert.Zero(t, binds, "live bindings")
-	assert.Equal(t, fds0, countFDs(), "open descriptors")
+	assert.Equal(t, fds0, nvlstest.CountFDs(), "open descriptors")
 }
 
 func baselineFDs() int {
-	countFDs() // let the runtime open whatever it opens on first use
-	return countFDs()
+	nvlstest.CountFDs() // let the runtime open whatever it opens on first use
+	return nvlstest.CountFDs()
 }
 
 func TestSetupSequence(t *testing.T) {
@@ -48,23 +49,23 @@ func TestSetupSequence(t *testing.T) {
 				assert.NotEqual(t, g.Multicast, g.Unicast)
 				assert.Zero(t, uint64(g.Multicast)%g.Align, "multicast VA aligned")
 				assert.Zero(t, uint64(g.Unicast)%g.Align, "unicast VA aligned")
-				assert.Equal(t, expectedSetup(r, n), tm.drv[r].calls, "rank %d setup calls", r)
+				assert.Equal(t, expectedSetup(r, n), tm.drv[r].Calls, "rank %d setup calls", r)
 			}
 			// One object, every device in it and bound.
-			require.Len(t, tm.sys.created, 1)
-			mc := tm.sys.created[0]
-			assert.Equal(t, uint32(n), mc.want)
-			assert.Len(t, mc.devices, n)
-			assert.Len(t, mc.bindings, n)
+			require.Len(t, tm.sys.Created(), 1)
+			mc := tm.sys.Created()[0]
+			assert.Equal(t, uint32(n), mc.Want)
+			assert.Len(t, mc.Devices, n)
+			assert.Len(t, mc.Bindings, n)
 			// Rank 0's exported fd and every received fd are already closed.
-			assert.Equal(t, fds0, countFDs(), "descriptors after setup")
+			assert.Equal(t, fds0, nvlstest.CountFDs(), "descriptors after setup")
 
 			for r := range tm.drv {
-				tm.drv[r].calls = nil
+				tm.drv[r].Calls = nil
 			}
 			for r, err := range tm.close(t, regs) {
 				require.NoError(t, err, "rank %d close", r)
-				assert.Equal(t, expectedClose(), tm.drv[r].calls, "rank %d close calls", r)
+				assert.Equal(t, expectedClose(), tm.drv[r].Calls, "rank %d close calls", r)
 			}
 			requireClean(t, tm, fds0)
 			require.ErrorIs(t, regs[0].Close(t.Context()), transport.ErrClosed)
@@ -91,7 +92,7 @@ func TestSetupGranularityRounding(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tm := newTeam(3, c.mcGran, c.vmmGran, c.size)
-			tm.drv[2].mcGran = c.rank2MC
+			tm.drv[2].MCGran = c.rank2MC
 			regs, errs := tm.setup(t, 5*time.Second)
 			for r := range regs {
 				require.NoError(t, errs[r], "rank %d", r)
@@ -143,7 +144,7 @@ func TestSetupFailureAtEveryStep(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s/rank%d", want, failRank), func(t *testing.T) {
 				tm := newTeam(n, 2*mib, 2*mib, 5*mib)
-				tm.drv[failRank].failCall, tm.drv[failRank].failNth = call, nth
+				tm.drv[failRank].FailCall, tm.drv[failRank].FailNth = call, nth
 				regs, errs := tm.setup(t, 5*time.Second)
 				for r := 0; r < n; r++ {
 					require.Nil(t, regs[r], "rank %d got a region", r)
@@ -154,7 +155,7 @@ func TestSetupFailureAtEveryStep(t *testing.T) {
 					assert.Equal(t, want, se.Step, "rank %d step", r)
 					assert.Contains(t, errs[r].Error(), string(want))
 					if r == failRank {
-						assert.ErrorIs(t, errs[r], errInjected)
+						assert.ErrorIs(t, errs[r], nvlstest.ErrInjected)
 					} else {
 						assert.ErrorIs(t, errs[r], ErrPeerFailed)
 					}
@@ -227,15 +228,15 @@ func TestSetupGateClosed(t *testing.T) {
 				if !open {
 					require.ErrorIs(t, errs[r], ErrGateClosed, "rank %d", r)
 					// The safety property: a closed gate means no driver call.
-					assert.Equal(t, []string{"AllGather"}, tm.drv[r].calls, "rank %d", r)
+					assert.Equal(t, []string{"AllGather"}, tm.drv[r].Calls, "rank %d", r)
 				} else {
 					require.ErrorIs(t, errs[r], ErrPeerFailed, "rank %d", r)
 				}
-				for _, call := range tm.drv[r].calls {
+				for _, call := range tm.drv[r].Calls {
 					assert.NotEqual(t, "MulticastCreate", call)
 				}
 			}
-			assert.Empty(t, tm.sys.created)
+			assert.Empty(t, tm.sys.Created())
 		})
 	}
 }
@@ -266,7 +267,7 @@ func TestSetupBadConfig(t *testing.T) {
 				require.ErrorAs(t, errs[r], &se, "rank %d", r)
 				assert.Equal(t, c.step, se.Step, "rank %d: %v", r, errs[r])
 			}
-			assert.Empty(t, tm.sys.created, "nothing created")
+			assert.Empty(t, tm.sys.Created(), "nothing created")
 		})
 	}
 }
@@ -280,9 +281,9 @@ func TestCloseReleaseFailure(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for r := range tm.drv {
-		tm.drv[r].calls = nil
+		tm.drv[r].Calls = nil
 	}
-	tm.drv[1].failCall, tm.drv[1].failNth = "MemUnmap mc", 1
+	tm.drv[1].FailCall, tm.drv[1].FailNth = "MemUnmap mc", 1
 	cerrs := tm.close(t, regs)
 	require.NoError(t, cerrs[0])
 	require.NoError(t, cerrs[2])
@@ -290,11 +291,11 @@ func TestCloseReleaseFailure(t *testing.T) {
 	require.ErrorAs(t, cerrs[1], &se)
 	assert.Equal(t, StepUnmapMC, se.Step)
 	assert.Equal(t, 1, se.Rank)
-	assert.ErrorIs(t, cerrs[1], errInjected)
+	assert.ErrorIs(t, cerrs[1], nvlstest.ErrInjected)
 	// The reservation under the failed unmap cannot be freed; the rest goes.
 	assert.Contains(t, cerrs[1].Error(), string(StepFreeMC))
-	assert.Equal(t, expectedClose(), tm.drv[1].calls)
-	h, res, maps, _ := tm.sys.live()
+	assert.Equal(t, expectedClose(), tm.drv[1].Calls)
+	h, res, maps, _ := tm.sys.Live()
 	assert.Equal(t, 0, h, "handles")
 	assert.Equal(t, 1, res, "the multicast reservation stays")
 	assert.Equal(t, 1, maps, "its mapping stays")
