@@ -96,28 +96,6 @@ func TestSizes(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"8", 8, true}, {"1K", 1024, true}, {"64M", 64 << 20, true}, {"2G", 2 << 30, true},
-		{"1.5k", 1536, true}, {"0", 0, true}, {"64m", 64 << 20, true},
-		{"", 0, false}, {"x", 0, false}, {"-1", 0, false}, {"8T", 0, false},
-		{"nan", 0, false}, {"NaNM", 0, false}, {"inf", 0, false}, {"-0.5", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := ParseSize(tt.in)
-		if !tt.ok {
-			assert.Errorf(t, err, "%q", tt.in)
-			continue
-		}
-		require.NoErrorf(t, err, "%q", tt.in)
-		assert.Equal(t, tt.want, got, tt.in)
-	}
-}
-
 func TestParseArgs(t *testing.T) {
 	cfg, err := ParseArgs([]string{"-b", "8", "all_gather", "-e", "1M", "-f", "2", "-n", "3", "-w", "1", "-c", "0",
 		"-d", "all", "-o", "max", "-r", "all", "-z", "1", "-a", "1", "--backend", "host", "--json", "x.json", "--label", "mine"})
