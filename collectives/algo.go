@@ -1,6 +1,9 @@
 package collectives
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Algorithm names an algorithm family; GOCCL_ALGO takes these names.
 type Algorithm string
@@ -13,63 +16,83 @@ const (
 	// CopyEngine: cuMemcpyAsync on peer addresses (Broadcast, AllGather
 	// into registered receive buffers), no kernel.
 	CopyEngine Algorithm = "ce"
+	// LL: the low-latency AllReduce for small messages: data and flag
+	// travel together in each 16-byte line, so there is no barrier.
+	LL Algorithm = "ll"
 	// NVLS: NVSwitch multicast (multimem) kernels for AllReduce and
 	// ReduceScatter, where the GPU backend set up an NVLS team (gated:
 	// transport/nvls); anywhere else it chooses as if nothing were forced.
 	NVLS Algorithm = "nvls"
 )
 
-// ParseAlgorithm accepts the names above; "" means choose by size.
+// Algorithms lists every name GOCCL_ALGO takes.
+func Algorithms() []Algorithm { return []Algorithm{OneShot, TwoShot, LL, CopyEngine, NVLS} }
+
+// ParseAlgorithm accepts the names of Algorithms; "" means choose by size.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	switch a := Algorithm(s); a {
-	case "", OneShot, TwoShot, CopyEngine, NVLS:
+	if a := Algorithm(s); a == "" || slices.Contains(Algorithms(), a) {
 		return a, nil
 	}
-	return "", fmt.Errorf("%w: GOCCL_ALGO=%q (want oneshot, twoshot, ce or nvls)", ErrInvalidArgument, s)
+	return "", fmt.Errorf("%w: GOCCL_ALGO=%q (want oneshot, twoshot, ll, ce or nvls)", ErrInvalidArgument, s)
 }
 
-// twoShotMinBytes is the AllReduce size from which two-shot beats one-shot
-// at more than two ranks: one-shot sends (n-1) times the message from every
-// rank, two-shot 2(n-1)/n of it at the price of a second barrier.
-const twoShotMinBytes = 256 << 10
+// Thresholds are the sizes, in bytes of each rank's Count (Args.Count
+// times the element size), at which the choice changes. DefaultThresholds
+// holds the values measured on the GPU machine (docs/perf.md); the GPU
+// backend's GOCCL_TUNE overrides them for tuning runs. Every rank must use
+// the same Thresholds, so that every rank makes the same choice.
+type Thresholds struct {
+	// TwoShot: AllReduce at more than two ranks from here uses two-shot
+	// (one-shot sends (n-1) times the message from every rank, two-shot
+	// 2(n-1)/n of it, at the price of a second barrier).
+	TwoShot int64
+	// LL: AllReduce up to here (inclusive) uses the low-latency kernel;
+	// backends cap it at what their kernel holds.
+	LL [NumCollectives]int64
+	// CopyEngine: Broadcast and AllGather into registered buffers from here
+	// use the copy engines; below it the stream memory operations that
+	// order them cost more than a kernel's whole run.
+	CopyEngine [NumCollectives]int64
+}
 
-// ChooseAlgorithm picks the algorithm for one call from the collective, the
-// bytes of each rank's input, and the rank count; forced (GOCCL_ALGO, ""
-// for none) wins where the collective has that algorithm. It is pure, so
-// every rank makes the same choice.
-//   - AllReduce: one-shot at 1-2 ranks (it moves the fewest bytes there) and
-//     below 256 KiB; two-shot above that.
-//   - Every other collective: one-shot (push through staging), the only
-//     kernel family it has.
+// never is a threshold no size reaches.
+const never = int64(1) << 62
+
+// DefaultThresholds: see Thresholds.
+var DefaultThresholds = Thresholds{
+	TwoShot:    256 << 10,
+	LL:         [NumCollectives]int64{AllReduce: 512 << 10},
+	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
+}
+
+// Choose picks the algorithm for one call from the collective, the bytes of
+// each rank's Count, the rank count, and whether the receive buffer is
+// registered (computed alike on every rank); forced (GOCCL_ALGO, "" for
+// none) wins where the collective has that algorithm, and otherwise the
+// choice is by size. It is pure, so every rank makes the same choice.
+//   - Broadcast and AllGather into registered buffers: the copy engines
+//     from CopyEngine[c] (or at any size when forced to).
+//   - AllReduce: low-latency up to LL (and, at more than two ranks, below
+//     TwoShot), then one-shot at 1-2 ranks (it moves the fewest bytes
+//     there) and below TwoShot; two-shot above.
+//   - Everything else: one-shot (push through staging).
 //
 // NVLS is not chosen here: the GPU backend takes it before asking, where
 // its team exists; a forced NVLS that did not apply chooses by size.
-func ChooseAlgorithm(c Collective, bytes int64, nranks int, forced Algorithm) Algorithm {
-	if forced == OneShot || (forced == TwoShot && c == AllReduce) {
-		return forced
+func (th *Thresholds) Choose(c Collective, bytes int64, nranks int, forced Algorithm, registered bool) Algorithm {
+	if !c.Valid() {
+		return OneShot
 	}
-	if c == AllReduce && nranks > 2 && bytes >= twoShotMinBytes {
+	switch {
+	case registered && th.CopyEngine[c] < never &&
+		(forced == CopyEngine || (forced == "" && bytes >= th.CopyEngine[c])):
+		return CopyEngine
+	case forced == OneShot, forced == TwoShot && c == AllReduce, forced == LL && c == AllReduce:
+		return forced
+	case c == AllReduce && bytes <= th.LL[c] && (nranks <= 2 || bytes < th.TwoShot):
+		return LL
+	case c == AllReduce && nranks > 2 && bytes >= th.TwoShot:
 		return TwoShot
 	}
 	return OneShot
-}
-
-// CopyEngineMinBytes is the size (each rank's input) from which Broadcast
-// and AllGather into registered buffers use the copy engines: below it the
-// stream memory operations that order a copy-engine call cost more than a
-// kernel's whole run.
-const CopyEngineMinBytes = 1 << 20
-
-// Choose extends ChooseAlgorithm with the copy-engine path: Broadcast and
-// AllGather whose receive buffer is registered (on every rank, same offset:
-// see collectives/gpu) use CopyEngine from CopyEngineMinBytes, or at any
-// size when forced to; any other forced algorithm keeps kernels.
-// registered must be computed the same way on every rank, so that every
-// rank takes the same path.
-func Choose(c Collective, bytes int64, nranks int, forced Algorithm, registered bool) Algorithm {
-	if registered && (c == Broadcast || c == AllGather) &&
-		(forced == CopyEngine || (forced == "" && bytes >= CopyEngineMinBytes)) {
-		return CopyEngine
-	}
-	return ChooseAlgorithm(c, bytes, nranks, forced)
 }

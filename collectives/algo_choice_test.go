@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestChooseAlgorithm(t *testing.T) {
+func TestChoose(t *testing.T) {
 	cases := []struct {
 		name   string
 		c      Collective
@@ -15,31 +15,39 @@ func TestChooseAlgorithm(t *testing.T) {
 		forced Algorithm
 		want   Algorithm
 	}{
-		{"allreduce 2 ranks small", AllReduce, 8, 2, "", OneShot},
+		{"allreduce 2 ranks tiny", AllReduce, 8, 2, "", LL},
+		{"allreduce 2 ranks at ll limit", AllReduce, 512 << 10, 2, "", LL},
+		{"allreduce 2 ranks above ll", AllReduce, 512<<10 + 1, 2, "", OneShot},
 		{"allreduce 2 ranks huge", AllReduce, 1 << 30, 2, "", OneShot},
-		{"allreduce 1 rank", AllReduce, 1 << 30, 1, "", OneShot},
-		{"allreduce 8 ranks below threshold", AllReduce, 256<<10 - 1, 8, "", OneShot},
-		{"allreduce 8 ranks at threshold", AllReduce, 256 << 10, 8, "", TwoShot},
+		{"allreduce 1 rank", AllReduce, 1 << 20, 1, "", OneShot},
+		{"allreduce 8 ranks below two-shot", AllReduce, 256<<10 - 1, 8, "", LL},
+		{"allreduce 8 ranks at two-shot", AllReduce, 256 << 10, 8, "", TwoShot},
 		{"allreduce 3 ranks large", AllReduce, 64 << 20, 3, "", TwoShot},
+		{"allreduce forced ll large", AllReduce, 1 << 30, 2, LL, LL},
+		{"allreduce forced oneshot small", AllReduce, 8, 2, OneShot, OneShot},
 		{"allreduce forced twoshot at 2 ranks", AllReduce, 8, 2, TwoShot, TwoShot},
 		{"allreduce forced oneshot at 8 ranks", AllReduce, 1 << 30, 8, OneShot, OneShot},
 		{"allreduce forced ce has no ce kernel", AllReduce, 1 << 30, 8, CopyEngine, TwoShot},
+		{"broadcast forced ll has none", Broadcast, 8, 2, LL, OneShot},
+		{"reducescatter small has no ll", ReduceScatter, 8, 2, "", OneShot},
 		{"reducescatter forced twoshot falls back", ReduceScatter, 1 << 30, 8, TwoShot, OneShot},
 		{"broadcast large", Broadcast, 1 << 30, 8, "", OneShot},
 		{"allgather", AllGather, 1 << 20, 4, "", OneShot},
 		{"reduce", Reduce, 1 << 30, 8, "", OneShot},
-		{"allreduce forced nvls chooses by size, small", AllReduce, 8, 8, NVLS, OneShot},
+		{"allreduce forced nvls chooses by size, small", AllReduce, 8, 8, NVLS, LL},
 		{"allreduce forced nvls chooses by size, large", AllReduce, 1 << 30, 8, NVLS, TwoShot},
+		{"invalid collective", Collective(99), 1 << 30, 8, "", OneShot},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, ChooseAlgorithm(tc.c, tc.bytes, tc.nranks, tc.forced))
+			assert.Equal(t, tc.want, DefaultThresholds.Choose(tc.c, tc.bytes, tc.nranks, tc.forced, false))
 		})
 	}
 }
 
 func TestChooseCopyEngine(t *testing.T) {
-	const mi = CopyEngineMinBytes
+	th := Thresholds{CopyEngine: [NumCollectives]int64{Broadcast: 1 << 20, AllGather: 1 << 20, AllReduce: never, Reduce: never, ReduceScatter: never}}
+	mi := th.CopyEngine[Broadcast]
 	cases := []struct {
 		name       string
 		c          Collective
@@ -68,17 +76,36 @@ func TestChooseCopyEngine(t *testing.T) {
 			if tc.c == AllReduce {
 				nranks = 8
 			}
-			assert.Equal(t, tc.want, Choose(tc.c, tc.bytes, nranks, tc.forced, tc.registered))
+			assert.Equal(t, tc.want, th.Choose(tc.c, tc.bytes, nranks, tc.forced, tc.registered))
 		})
 	}
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, name := range []string{"", "oneshot", "twoshot", "ce", "nvls"} {
+	for _, name := range []string{"", "oneshot", "twoshot", "ll", "ce", "nvls"} {
 		a, err := ParseAlgorithm(name)
 		assert.NoError(t, err, name)
 		assert.Equal(t, Algorithm(name), a)
 	}
 	_, err := ParseAlgorithm("ring")
 	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// The defaults follow the measured crossovers (docs/perf.md): the kernels
+// win below them.
+func TestDefaultThresholds(t *testing.T) {
+	cases := []struct {
+		c     Collective
+		bytes int64
+		want  Algorithm
+	}{
+		{Broadcast, 128<<20 - 1, OneShot},
+		{Broadcast, 128 << 20, CopyEngine},
+		{AllGather, 32<<20 - 1, OneShot},
+		{AllGather, 32 << 20, CopyEngine},
+		{AllReduce, 512 << 10, LL},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, DefaultThresholds.Choose(tc.c, tc.bytes, 2, "", true), "%s %d", tc.c, tc.bytes)
+	}
 }

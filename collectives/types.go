@@ -141,6 +141,9 @@ const (
 	numCollectives
 )
 
+// NumCollectives sizes arrays indexed by Collective.
+const NumCollectives = numCollectives
+
 var collectiveNames = [numCollectives]string{"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"}
 
 // AllCollectives lists every collective.

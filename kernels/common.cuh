@@ -45,74 +45,20 @@ struct Params {
   u32 flags;             // 252
   u32 elemSize;          // 256: bytes per element for the copy kernels
   u32 pad;               // 260
-};                       // 264 bytes
+  u64 llOffset;          // 264: the low-latency lines' offset in each staging (ll.cu)
+};                       // 272 bytes
 
 constexpr u32 kFlagZeroCopy = 1;  // peerBuf holds every rank's send buffer
 
-// ---- memory access -------------------------------------------------------
+// ---- memory access and synchronization primitives ------------------------------
 
-struct alignas(16) V16 { u32 x, y, z, w; };
-
-// Loads of data written by peers go through L2 (.cg): a block reads the same
-// staging slot every other round, and L1 would return stale data.
-__device__ __forceinline__ V16 ld16(const void* p) {
-  V16 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st16(void* p, V16 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
-               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-__device__ __forceinline__ u64 ld8(const void* p) {
-  u64 v;
-  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st8(void* p, u64 v) {
-  asm volatile("st.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ u32 ld4(const void* p) {
-  u32 v;
-  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st4(void* p, u32 v) {
-  asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ u16 ld2(const void* p) {
-  u16 v;
-  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st2(void* p, u16 v) {
-  asm volatile("st.global.u16 [%0], %1;" :: "l"(p), "h"(v) : "memory");
-}
-__device__ __forceinline__ u8 ld1(const void* p) {
-  u32 v;
-  asm volatile("ld.global.cg.u8 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return (u8)v;
-}
-__device__ __forceinline__ void st1(void* p, u8 v) {
-  asm volatile("st.global.u8 [%0], %1;" :: "l"(p), "r"((u32)v) : "memory");
-}
-
-__device__ __forceinline__ void bar_sync() { asm volatile("bar.sync 0;" ::: "memory"); }
-__device__ __forceinline__ void fence_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
-__device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
-  u32 v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ u32 ld_volatile_sys(const u32* p) {
-  u32 v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
+// The PTX primitives live in prims.cuh; kernels/emu replaces them with C++
+// so that the same kernel code runs, and is tested, on a CPU.
+#ifdef GOCCL_EMU
+#include "emu/prims_emu.h"
+#else
+#include "prims.cuh"
+#endif
 
 // ---- element types ---------------------------------------------------------
 
@@ -165,27 +111,15 @@ template <> struct Elem<f16> {
   typedef float Acc;
   typedef u16 Raw;
   static constexpr bool kInt = false;
-  __device__ __forceinline__ static Acc load(Raw r) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(r));
-    return f;
-  }
-  __device__ __forceinline__ static Raw store(Acc a) {
-    u16 r;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(a));
-    return r;
-  }
+  __device__ __forceinline__ static Acc load(Raw r) { return f16_to_f32(r); }
+  __device__ __forceinline__ static Raw store(Acc a) { return f32_to_f16(a); }
 };
 template <> struct Elem<bf16> {
   typedef float Acc;
   typedef u16 Raw;
   static constexpr bool kInt = false;
   __device__ __forceinline__ static Acc load(Raw r) { return bitcast<float>((u32)r << 16); }
-  __device__ __forceinline__ static Raw store(Acc a) {
-    u16 r;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(a));
-    return r;
-  }
+  __device__ __forceinline__ static Raw store(Acc a) { return f32_to_bf16(a); }
 };
 
 // ---- reduction operators -----------------------------------------------------

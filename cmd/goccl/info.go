@@ -100,10 +100,8 @@ func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
 		choose(modeHost, collectives.Placement{NRanks: 2})
 	}
 
-	for _, a := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot, collectives.CopyEngine, collectives.NVLS} {
-		if _, err := collectives.ParseAlgorithm(string(a)); err == nil {
-			rep.Algorithms = append(rep.Algorithms, string(a))
-		}
+	for _, a := range collectives.Algorithms() {
+		rep.Algorithms = append(rep.Algorithms, string(a))
 	}
 	rep.AlgorithmSelection = "chosen per call by collective, size and rank count"
 	if v := getenv("GOCCL_ALGO"); v != "" {

@@ -66,7 +66,7 @@ func TestInfoText(t *testing.T) {
 				"1 process driving all 2 GPUs: transport uva (one process drives every GPU: peer access over unified addressing)",
 				"one process per GPU (2 ranks): transport vmm (every GPU supports VMM with POSIX file descriptors)",
 				"NVLS: supported by hardware, not enabled: GOCCL_NVLS_ENABLE is not 1",
-				"algorithms: oneshot, twoshot, ce, nvls; chosen per call by collective, size and rank count",
+				"algorithms: oneshot, twoshot, ll, ce, nvls; chosen per call by collective, size and rank count",
 				"CPU: Intel(R) Xeon(R) Platinum 8480+ (GenuineIntel family 6 model 143), 112 physical / 224 logical cores",
 				"NUMA node 1: CPUs 56-111,168-223",
 			},
@@ -87,7 +87,7 @@ func TestInfoText(t *testing.T) {
 			lines: []string{
 				"one process per GPU (8 ranks): transport vmm (every GPU supports VMM with POSIX file descriptors)",
 				"NVLS: supported by hardware, not enabled: GOCCL_NVLS_ENABLE is not 1",
-				"algorithms: oneshot, twoshot, ce, nvls; forced by GOCCL_ALGO=twoshot",
+				"algorithms: oneshot, twoshot, ll, ce, nvls; forced by GOCCL_ALGO=twoshot",
 				"GPU3 fabric: state completed, clique 32766, cluster aa010203-0405-0607-0809-0a0b0c0d0e0f",
 			},
 		},
@@ -128,7 +128,7 @@ func TestInfoText(t *testing.T) {
 			},
 			lines: []string{
 				`one process per GPU (4 ranks): no transport: goccl: invalid argument: GOCCL_TRANSPORT="tcp" (want uva, ipc, vmm, nvls or shm)`,
-				`algorithms: oneshot, twoshot, ce, nvls; goccl: invalid argument: GOCCL_ALGO="ring" (want oneshot, twoshot, ce or nvls)`,
+				`algorithms: oneshot, twoshot, ll, ce, nvls; goccl: invalid argument: GOCCL_ALGO="ring" (want oneshot, twoshot, ll, ce or nvls)`,
 			},
 		},
 	}
@@ -210,7 +210,7 @@ func TestInfoJSON(t *testing.T) {
 	assert.False(t, rep.Choices[1].NVLS)
 	assert.Equal(t, "supported by hardware, not enabled: GOCCL_NVLS_ENABLE is not 1", rep.Choices[1].NVLSReason)
 	assert.Empty(t, rep.Choices[1].Error)
-	assert.Equal(t, []string{"oneshot", "twoshot", "ce", "nvls"}, rep.Algorithms)
+	assert.Equal(t, []string{"oneshot", "twoshot", "ll", "ce", "nvls"}, rep.Algorithms)
 
 	f, err := topology.Probe(context.Background(), topotest.H200x2().Source(t))
 	require.NoError(t, err)

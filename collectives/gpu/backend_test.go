@@ -70,17 +70,26 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 		count uint64
 	}{
 		{"allreduce small f32 sum", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 5, Type: collectives.Float32, Op: collectives.Sum, Stream: 0x55},
-			"goccl_allreduce_oneshot_f32_sum", 1, 5},
+			"goccl_allreduce_ll_f32_sum", 1, 5},
+		// 64 KiB: LL, a block per 2 KiB.
+		{"allreduce 64K f16 prod", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 32 << 10, Type: collectives.Float16, Op: collectives.Prod},
+			"goccl_allreduce_ll_f16_prod", 32, 32 << 10},
+		// At 3 ranks LL stops where two-shot starts; each block row shares
+		// a third of the message, a block per 16 KiB of it.
+		{"allreduce 3 ranks at two-shot", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 64 << 10, Type: collectives.Float32, Op: collectives.Sum},
+			"goccl_allreduce_twoshot_f32_sum", 6, 64 << 10},
+		{"allreduce mid i32 sum at 3 ranks", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 512 << 10, Type: collectives.Int32, Op: collectives.Sum},
+			"goccl_allreduce_twoshot_i32_sum", 43, 512 << 10},
 		{"allreduce large bf16 max at 3 ranks", collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x1000, Count: 64 << 20, Type: collectives.BFloat16, Op: collectives.Max},
-			"goccl_allreduce_twoshot_bf16_max", defaultMaxGrid, 64 << 20},
+			"goccl_allreduce_twoshot_bf16_max", defaultGrid, 64 << 20},
 		{"reduce i8 prod", collectives.Args{Coll: collectives.Reduce, Send: 0x1000, Recv: 0x2000, Count: 100000, Type: collectives.Int8, Op: collectives.Prod, Root: 2},
-			"goccl_reduce_oneshot_i8_prod", 4, 100000},
+			"goccl_reduce_oneshot_i8_prod", 7, 100000},
 		{"reducescatter u64 avg", collectives.Args{Coll: collectives.ReduceScatter, Send: 0x1000, Recv: 0x2000, Count: 7, Type: collectives.Uint64, Op: collectives.Avg},
 			"goccl_reducescatter_oneshot_u64_avg", 1, 7},
 		{"broadcast f16", collectives.Args{Coll: collectives.Broadcast, Send: 0x1000, Recv: 0x2000, Count: 3, Type: collectives.Float16, Root: 1},
 			"goccl_broadcast_oneshot", 1, 3},
 		{"allgather f64", collectives.Args{Coll: collectives.AllGather, Send: 0x1000, Recv: 0x2000, Count: 1 << 20, Type: collectives.Float64},
-			"goccl_allgather_oneshot", defaultMaxGrid, 1 << 20},
+			"goccl_allgather_oneshot", defaultGrid, 1 << 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +102,7 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 			assert.Equal(t, cuda.Dim3{X: 512, Y: 1, Z: 1}, l.cfg.Block)
 			assert.Equal(t, cuda.Stream(tc.args.Stream), l.cfg.Stream)
 			p := l.params
-			require.Len(t, p, 264)
+			require.Len(t, p, 272)
 			assert.Equal(t, uint64(tc.args.Send), u64at(p, 0))
 			assert.Equal(t, uint64(tc.args.Recv), u64at(p, 8))
 			assert.Equal(t, tc.count, u64at(p, 16))
@@ -109,19 +118,22 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 				assert.Zero(t, u64at(p, 40+8*r))
 				assert.Zero(t, u64at(p, 104+8*r))
 			}
-			assert.Equal(t, uint64(128<<10), u64at(p, 232), "slot bytes")
+			// 64 MiB of staging over 2 halves x 3 sources x 128 blocks.
+			const slot = (64 << 20) / (2 * 3 * 128) &^ 15
+			assert.Equal(t, uint64(slot), u64at(p, 232), "slot bytes")
 			assert.Equal(t, uint32(1), u32at(p, 240), "rank")
 			assert.Equal(t, uint32(3), u32at(p, 244), "nranks")
 			assert.Equal(t, uint32(tc.args.Root), u32at(p, 248), "root")
 			assert.Equal(t, uint32(tc.args.Type.Size()), u32at(p, 256), "elem size")
+			assert.Equal(t, uint64(2*3*128*slot), u64at(p, 264), "LL lines' offset: past the staging")
 		})
 	}
 }
 
 func TestEveryKernelLookedUpOnce(t *testing.T) {
 	_, drvs, _ := newFakeBackends(t, 1, Config{})
-	// 4 reducing families x 10 types x 5 ops + 2 copy kernels.
-	assert.Len(t, drvs[0].names, 4*10*5+2)
+	// 5 reducing families x 10 types x 5 ops + 2 copy kernels.
+	assert.Len(t, drvs[0].names, 5*10*5+2)
 	seen := map[string]bool{}
 	for _, n := range drvs[0].names {
 		assert.False(t, seen[n], "looked up twice: %s", n)
@@ -129,7 +141,7 @@ func TestEveryKernelLookedUpOnce(t *testing.T) {
 	}
 	for _, n := range []string{"goccl_allreduce_oneshot_i8_sum", "goccl_allreduce_twoshot_f64_avg",
 		"goccl_reduce_oneshot_bf16_min", "goccl_reducescatter_oneshot_u32_max",
-		"goccl_broadcast_oneshot", "goccl_allgather_oneshot"} {
+		"goccl_broadcast_oneshot", "goccl_allgather_oneshot", "goccl_allreduce_ll_u64_max"} {
 		assert.True(t, seen[n], n)
 	}
 }
@@ -147,6 +159,23 @@ func TestForcedAlgorithm(t *testing.T) {
 	require.NoError(t, bes[0].Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 1, Type: collectives.Int32, Op: collectives.Min}))
 	require.Len(t, drvs[0].launches, 1)
 	assert.Equal(t, "goccl_allreduce_twoshot_i32_min", drvs[0].launches[0].name)
+
+	// Forced LL takes what its line buffers hold, one-shot beyond.
+	bes, drvs, _ = newFakeBackends(t, 2, Config{Algo: "ll"})
+	for _, tc := range []struct {
+		count int
+		want  string
+		grid  uint32
+	}{
+		{llMaxBytes / 4, "goccl_allreduce_ll_f32_sum", llMaxBlocks},
+		{llMaxBytes/4 + 1, "goccl_allreduce_oneshot_f32_sum", 33},
+	} {
+		drvs[0].launches = nil
+		require.NoError(t, bes[0].Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: tc.count, Type: collectives.Float32, Op: collectives.Sum}))
+		require.Len(t, drvs[0].launches, 1)
+		assert.Equal(t, tc.want, drvs[0].launches[0].name)
+		assert.Equal(t, tc.grid, drvs[0].launches[0].cfg.Grid.X)
+	}
 
 	g := transporttest.NewGroup(1)
 	err := g.Run(func(rank int, b transport.Bootstrap) error {

@@ -33,6 +33,10 @@ func doneFlag(owner, slot int) uintptr {
 }
 
 // together runs f on every rank concurrently (collective calls).
+// ceAt1MiB puts both copy-engine thresholds at 1 MiB for the test: the
+// cases below were written around that size (the defaults are larger).
+func ceAt1MiB(t *testing.T) { t.Setenv(EnvTune, "ce.broadcast=1M,ce.all_gather=1M") }
+
 func together(n int, f func(r int) error) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -85,6 +89,7 @@ func joinOp(be *Backend, rec uint64) fakeOp {
 }
 
 func TestCEAllGatherEnqueuesCopiesAndFlags(t *testing.T) {
+	ceAt1MiB(t)
 	cases := []struct {
 		n       int
 		inPlace bool
@@ -146,6 +151,7 @@ func TestCEAllGatherEnqueuesCopiesAndFlags(t *testing.T) {
 }
 
 func TestCEBroadcastEnqueuesCopiesAndFlags(t *testing.T) {
+	ceAt1MiB(t)
 	const n, count = 3, 1<<20 + 1 // int8: just over 1 MiB
 	for _, root := range []int{0, 2} {
 		for _, inPlace := range []bool{false, true} {
@@ -192,6 +198,7 @@ func TestCEBroadcastEnqueuesCopiesAndFlags(t *testing.T) {
 }
 
 func TestCESingleRank(t *testing.T) {
+	ceAt1MiB(t)
 	bes, drvs, _ := newFakeBackends(t, 1, Config{})
 	be, drv := bes[0], drvs[0]
 	recv, _ := allocAll(t, bes, 4<<20)
@@ -233,6 +240,7 @@ func path(t *testing.T, bes []*Backend, drvs []*fakeDriver, args func(r int) col
 }
 
 func TestCESelection(t *testing.T) {
+	ceAt1MiB(t)
 	const n = 2
 	type tc struct {
 		name       string
@@ -284,6 +292,7 @@ func TestCESelection(t *testing.T) {
 }
 
 func TestCECaptureFallsBackWithoutUsingASequenceNumber(t *testing.T) {
+	ceAt1MiB(t)
 	bes, drvs, _ := newFakeBackends(t, 2, Config{})
 	recv, _ := allocAll(t, bes, 8<<20)
 	args := func(r int) collectives.Args {
@@ -307,6 +316,7 @@ func TestCECaptureFallsBackWithoutUsingASequenceNumber(t *testing.T) {
 }
 
 func TestCEAbort(t *testing.T) {
+	ceAt1MiB(t)
 	bes, drvs, _ := newFakeBackends(t, 2, Config{})
 	recv, _ := allocAll(t, bes, 8<<20)
 	ag := collectives.Args{Coll: collectives.AllGather, Send: rankAddr(sendBase, 0), Recv: recv[0],
@@ -335,6 +345,7 @@ func TestCEAbort(t *testing.T) {
 }
 
 func TestCEEnqueueFailureAborts(t *testing.T) {
+	ceAt1MiB(t)
 	for _, fail := range []string{"copy", "write", "wait", "record", "isCapturing"} {
 		t.Run(fail, func(t *testing.T) {
 			bes, drvs, _ := newFakeBackends(t, 2, Config{})
@@ -378,6 +389,7 @@ func TestCEOffUnlessEveryRankProbes(t *testing.T) {
 }
 
 func TestRegistrationMustBeSymmetric(t *testing.T) {
+	ceAt1MiB(t)
 	t.Run("alloc sizes differ", func(t *testing.T) {
 		bes, _, maps := newFakeBackends(t, 3, Config{})
 		errs := together(3, func(r int) error {
@@ -479,6 +491,7 @@ func TestRegistrationLookup(t *testing.T) {
 }
 
 func TestCERunAllocatesNothing(t *testing.T) {
+	ceAt1MiB(t)
 	bes, drvs, _ := newFakeBackends(t, 3, Config{})
 	recv, _ := allocAll(t, bes, 3*(4<<20))
 	for i := 0; i < 16; i++ { // registrations around the one used

@@ -20,8 +20,10 @@ import (
 type Config struct {
 	Device    int    // CUDA device ordinal this rank drives
 	Transport string // "", "uva", "ipc", "vmm" (GOCCL_TRANSPORT); "" chooses
-	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot", "ce", "nvls"
-	// MaxBlocks caps the blocks of one launch (0: default 64, at most 128).
+	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot", "ll", "ce", "nvls"
+	// MaxBlocks caps the blocks of one launch (0: the default, 128, which is
+	// also the most; GOCCL_TUNE may change it). Every rank must use the
+	// same value: New checks.
 	MaxBlocks int
 }
 
@@ -39,7 +41,7 @@ type Backend struct {
 	mapper    transport.Mapper
 	workspace *transport.Region
 	slotBytes uint64
-	maxGrid   int
+	tune      tuning
 	forced    collectives.Algorithm
 
 	abortMu   sync.Mutex     // Abort's write of abortHost against its free
@@ -97,15 +99,13 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
-	maxGrid := cfg.MaxBlocks
-	if maxGrid <= 0 {
-		maxGrid = defaultMaxGrid
+	// A bad GOCCL_TUNE fails New on every rank together (agreed below).
+	tune, tuneSpec, tuneErr := tuningFromEnv(nranks, cfg.MaxBlocks)
+	if tuneErr != nil {
+		tuneErr = fmt.Errorf("gpu backend: %w", tuneErr)
 	}
-	if maxGrid > maxBlocks {
-		maxGrid = maxBlocks
-	}
-	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, slotBytes: defaultSlotBytes,
-		maxGrid: maxGrid, forced: forced, prm: new(params)}
+	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, slotBytes: uint64(tune.slot),
+		tune: tune, forced: forced, prm: new(params)}
 	defer func() {
 		if err != nil {
 			be.release(context.WithoutCancel(ctx))
@@ -115,6 +115,12 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	// Rank-local steps are agreed before the next exchange: a rank
 	// returning alone would leave its peers waiting for it there.
 	if err = be.agreeInit(ctx, "device", be.openDevice(cfg.Device)); err != nil {
+		return nil, err
+	}
+	if err = be.agreeInit(ctx, "tuning", tuneErr); err != nil {
+		return nil, err
+	}
+	if err = agreeTuning(ctx, b, fmt.Sprintf("%s|%d|%+v", tuneSpec, cfg.MaxBlocks, tune)); err != nil {
 		return nil, err
 	}
 
@@ -127,8 +133,9 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 
 	// Workspace: signal slots, then two staging halves of nranks*maxBlocks
-	// slots each, mapped by every peer.
-	staging := 2 * uint64(nranks) * maxBlocks * be.slotBytes
+	// slots each and the LL kernel's lines, mapped by every peer.
+	llOffset := 2 * uint64(nranks) * maxBlocks * be.slotBytes
+	staging := llOffset + llBytes(nranks)
 	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging); err != nil {
 		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging, err)
 	}
@@ -146,7 +153,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		peerSig[r] = ws.Peers[r]
 		peerStage[r] = ws.Peers[r] + signalSize
 	}
-	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, be.slotBytes)
+	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, be.slotBytes, llOffset)
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers); err != nil {
 		return nil, err
@@ -213,6 +220,23 @@ func (be *Backend) agreeInit(ctx context.Context, step string, lerr error) error
 		return lerr
 	case fail != nil:
 		return &collectives.PeerError{Rank: fail.rank, Cause: fmt.Errorf("gpu backend %s: %s", fail.step, fail.text)}
+	}
+	return nil
+}
+
+// agreeTuning fails every rank when the launch shapes differ anywhere: a
+// rank launching another grid or staging layout than its peers would wait
+// forever.
+func agreeTuning(ctx context.Context, b transport.Bootstrap, mine string) error {
+	all, err := b.AllGather(ctx, []byte(mine))
+	if err != nil {
+		return fmt.Errorf("gpu backend: agree on tuning: %w", err)
+	}
+	for r, t := range all {
+		if string(t) != mine {
+			return fmt.Errorf("gpu backend: rank %d has another %s or MaxBlocks (%q) than rank %d (%q): %w",
+				r, EnvTune, t, b.Rank(), mine, collectives.ErrInvalidArgument)
+		}
 	}
 	return nil
 }

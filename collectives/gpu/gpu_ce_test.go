@@ -87,9 +87,11 @@ func (r *rig) ceCase(t *testing.T, rng *rand.Rand, recv []cuda.DevicePtr, capByt
 }
 
 // TestGPUCopyEngine runs Broadcast and AllGather into registered buffers on
-// the copy-engine path (forced at small sizes, by size from 1 MiB), then a
-// back-to-back mix with kernel collectives on the same stream.
+// the copy-engine path (forced at small sizes, by size from 1 MiB: the test
+// lowers the thresholds), then a back-to-back mix with kernel collectives on
+// the same stream.
 func TestGPUCopyEngine(t *testing.T) {
+	ceAt1MiB(t)
 	n := rigRanks(t)
 	const capBytes = 8 << 20
 	r := newRig(t, n, uint64(capBytes))
@@ -117,7 +119,7 @@ func TestGPUCopyEngine(t *testing.T) {
 							t.Errorf("%s %s count=%d inplace=%v root=%d forced=%q: %v", c, dt, count, inPlace, root, forced, err)
 							continue
 						}
-						wantCE := forced == collectives.CopyEngine || count*dt.Size() >= collectives.CopyEngineMinBytes
+						wantCE := forced == collectives.CopyEngine || int64(count*dt.Size()) >= r.bes[0].tune.th.CopyEngine[c]
 						if (issued == 1) != wantCE {
 							t.Errorf("%s %s count=%d forced=%q: %d copy-engine calls, want copy engines=%v", c, dt, count, forced, issued, wantCE)
 						}

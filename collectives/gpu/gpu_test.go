@@ -245,7 +245,8 @@ func TestGPUAlgorithmsForced(t *testing.T) {
 	if *gpuLarge {
 		sizes = append(sizes, 16<<20)
 	}
-	for _, algo := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot} {
+	// LL above what its lines hold falls back to one-shot.
+	for _, algo := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot, collectives.LL} {
 		for _, be := range r.bes {
 			be.forced = algo
 		}

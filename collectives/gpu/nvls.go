@@ -356,12 +356,18 @@ func (be *Backend) nvlsReduceScatter(a *collectives.Args, fn cuda.Function, byte
 	return nil
 }
 
-// nvlsLaunch launches fn with nv.kp on s, one block per gridBytesPerBlock
-// of what each rank reduces.
+// The NVLS kernels' launch shape: a block per nvlsBlockBytes of what each
+// rank reduces, at most nvlsMaxGrid (never measured: NVLS cannot run on the
+// machines goccl is tuned on, DESIGN §8).
+const (
+	nvlsBlockBytes = 32 << 10
+	nvlsMaxGrid    = 64
+)
+
+// nvlsLaunch launches fn with nv.kp on s.
 func (be *Backend) nvlsLaunch(fn cuda.Function, perRank uint64, s cuda.Stream) error {
 	nv := &be.nv
-	grid := int((perRank + gridBytesPerBlock - 1) / gridBytesPerBlock)
-	grid = max(1, min(grid, be.maxGrid, nvls.KernelMaxBlocks))
+	grid := clampGrid(int64(perRank), nvlsBlockBytes, min(nvlsMaxGrid, be.tune.grid, nvls.KernelMaxBlocks))
 	nv.kp.Put(nv.buf[:])
 	cfg := cuda.LaunchConfig{
 		Grid:   cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},

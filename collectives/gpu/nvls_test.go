@@ -306,7 +306,7 @@ func TestNVLSDispatch(t *testing.T) {
 				}
 				return wantLaunch{grid: 1, dst: uint64(recv), bytes: 8, stride: 16, before: in}
 			}}},
-		{"below the threshold", "", ar(65535, collectives.Int32, collectives.Sum), "goccl_allreduce_oneshot_i32_sum", nil},
+		{"below the threshold", "", ar(65535, collectives.Int32, collectives.Sum), "goccl_allreduce_ll_i32_sum", nil},
 		{"f64 has no multimem", "", ar(mi, collectives.Float64, collectives.Sum), "goccl_allreduce_twoshot_f64_sum", nil},
 		{"prod has no multimem", "", ar(mi, collectives.Float32, collectives.Prod), "goccl_allreduce_twoshot_f32_prod", nil},
 		{"avg has no multimem", "", ar(mi, collectives.Int32, collectives.Avg), "goccl_allreduce_twoshot_i32_avg", nil},
@@ -317,7 +317,7 @@ func TestNVLSDispatch(t *testing.T) {
 		{"reduce", "", other(collectives.Reduce, mi), "goccl_reduce_oneshot_f32_sum", nil},
 		{"broadcast", "", other(collectives.Broadcast, mi), "goccl_broadcast_oneshot", nil},
 		{"allgather", "", other(collectives.AllGather, mi), "goccl_allgather_oneshot", nil},
-		{"forced nvls, f64", "nvls", ar(2, collectives.Float64, collectives.Sum), "goccl_allreduce_oneshot_f64_sum", nil},
+		{"forced nvls, f64", "nvls", ar(2, collectives.Float64, collectives.Sum), "goccl_allreduce_ll_f64_sum", nil},
 		{"forced oneshot wins over nvls", "oneshot", ar(mi, collectives.Float32, collectives.Sum), "goccl_allreduce_oneshot_f32_sum", nil},
 	}
 	for _, tc := range cases {
@@ -333,7 +333,7 @@ func TestNVLSDispatch(t *testing.T) {
 				require.Len(t, ops, 1, "one launch, no copies")
 				assert.Equal(t, tc.kernel, ops[0].name)
 				require.Len(t, d.launches, 1)
-				assert.Len(t, d.launches[0].params, 264, "goccl::Params")
+				assert.Len(t, d.launches[0].params, paramSize, "goccl::Params")
 				return
 			}
 			var want []fakeOp

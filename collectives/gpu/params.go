@@ -4,19 +4,21 @@ import "encoding/binary"
 
 // Workspace and launch constants shared with kernels/common.cuh.
 const (
-	maxRanks   = 8   // kMaxRanks
-	maxBlocks  = 128 // kMaxBlocks: staging slots per (half, source)
-	threads    = 512 // kThreads
-	epochOff   = maxBlocks * maxRanks * 4
-	signalSize = 64 << 10 // signal slots and epochs, padded
-	// defaultSlotBytes is the staging per (half, source rank, block): the
-	// largest chunk one block moves per barrier.
-	defaultSlotBytes = 128 << 10
-	// defaultMaxGrid is the most blocks one launch uses.
-	defaultMaxGrid = 64
-	// gridBytesPerBlock: a new block per this many bytes per rank, so small
-	// messages use few blocks and large ones spread over the grid.
-	gridBytesPerBlock = 32 << 10
+	maxRanks  = 8   // kMaxRanks
+	maxBlocks = 128 // kMaxBlocks: staging slots per (half, source)
+	threads   = 512 // kThreads
+	epochOff  = maxBlocks * maxRanks * 4
+	// signalSize: barrier slots and epochs, the copy-engine flags (ce.go)
+	// and the LL kernel's epochs, padded.
+	signalSize = 128 << 10
+	llEpochOff = 96 << 10 // kLLEpochOffset: [maxBlocks] u32
+)
+
+// The signal area's users do not overlap (a negative array length fails
+// the build): barrier slots and epochs, copy-engine flags, LL epochs.
+var (
+	_ [llEpochOff - (ceFlagOff + ceFlagBytes)]struct{}
+	_ [signalSize - (llEpochOff + 4*maxBlocks)]struct{}
 )
 
 // Offsets of struct goccl::Params (kernels/common.cuh).
@@ -35,7 +37,8 @@ const (
 	offRoot        = 248
 	offFlags       = 252
 	offElemSize    = 256
-	paramSize      = 264
+	offLLOffset    = 264
+	paramSize      = 272
 )
 
 // params is one packed goccl::Params. The communicator-constant part is
@@ -46,7 +49,7 @@ func (p *params) u64(off int, v uint64) { binary.LittleEndian.PutUint64(p[off:],
 func (p *params) u32(off int, v uint32) { binary.LittleEndian.PutUint32(p[off:], v) }
 
 // setStatic writes the fields that do not change between launches.
-func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSignals, peerStaging []uintptr, slotBytes uint64) {
+func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSignals, peerStaging []uintptr, slotBytes, llOffset uint64) {
 	*p = params{}
 	p.u64(offAbort, uint64(abortFlag))
 	p.u64(offSignals, uint64(signals))
@@ -55,6 +58,7 @@ func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSig
 		p.u64(offPeerStaging+8*r, uint64(peerStaging[r]))
 	}
 	p.u64(offSlotBytes, slotBytes)
+	p.u64(offLLOffset, llOffset)
 	p.u32(offRank, uint32(rank))
 	p.u32(offNRanks, uint32(nranks))
 }

@@ -29,7 +29,7 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	}
 	if be.ce.ok && (a.Coll == collectives.Broadcast || a.Coll == collectives.AllGather) {
 		if reg := be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))); reg != nil &&
-			collectives.Choose(a.Coll, bytes, be.nranks, be.forced, true) == collectives.CopyEngine {
+			be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, true) == collectives.CopyEngine {
 			// Captured into a graph, a host-side sequence number would be
 			// replayed frozen: kernels keep their epochs on the device.
 			capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
@@ -47,15 +47,19 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	if fn := be.pickNVLS(a, bytes); fn != 0 {
 		return be.runNVLS(a, fn, uint64(bytes))
 	}
-	algo := collectives.ChooseAlgorithm(a.Coll, bytes, be.nranks, be.forced)
+	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, false)
+	if algo == collectives.LL && bytes > llMaxBytes {
+		algo = collectives.OneShot // more than the LL kernel's lines hold
+	}
 	f := familyOf(a.Coll, algo)
 
-	perBlock := bytes
+	// The blocks of the AllReduce kernels that split the message share one
+	// segment of it.
+	work := bytes
 	if f == famAllReduceTwoShot {
-		perBlock = (bytes + int64(be.nranks) - 1) / int64(be.nranks)
+		work = (bytes + int64(be.nranks) - 1) / int64(be.nranks)
 	}
-	grid := int((perBlock + gridBytesPerBlock - 1) / gridBytesPerBlock)
-	grid = max(1, min(grid, be.maxGrid))
+	grid := be.tune.shape(f, work)
 
 	fn := be.fns.get(f, a.Type, a.Op)
 	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size)

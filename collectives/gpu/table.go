@@ -16,6 +16,7 @@ const (
 	famAllReduceTwoShot
 	famReduce
 	famReduceScatter
+	famAllReduceLL
 	famBroadcast
 	famAllGather
 	numFamilies
@@ -23,10 +24,10 @@ const (
 
 var familyStems = [numFamilies]string{
 	"allreduce_oneshot", "allreduce_twoshot", "reduce_oneshot",
-	"reducescatter_oneshot", "broadcast_oneshot", "allgather_oneshot",
+	"reducescatter_oneshot", "allreduce_ll", "broadcast_oneshot", "allgather_oneshot",
 }
 
-func (f family) reduces() bool { return f <= famReduceScatter }
+func (f family) reduces() bool { return f <= famAllReduceLL }
 
 // Kernel spellings of collectives.DataType and collectives.Op, by enum value.
 var (
@@ -60,7 +61,10 @@ func kernelName(f family, t collectives.DataType, op collectives.Op) string {
 func familyOf(c collectives.Collective, algo collectives.Algorithm) family {
 	switch c {
 	case collectives.AllReduce:
-		if algo == collectives.TwoShot {
+		switch algo {
+		case collectives.LL:
+			return famAllReduceLL
+		case collectives.TwoShot:
 			return famAllReduceTwoShot
 		}
 		return famAllReduceOneShot

@@ -1,0 +1,169 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/units"
+)
+
+// EnvTune names the variable that overrides the launch shapes and the
+// algorithm thresholds, for tuning runs on a new machine: a comma-separated
+// list of key=value, sizes in nccl-tests' spelling, e.g.
+// GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
+// llblock, twoshot, ll.<coll>, ce.<coll> (coll as nccl-tests spells it).
+// Every rank must be given the same value: New fails otherwise, as
+// mismatched launch shapes would leave ranks waiting forever.
+const EnvTune = "GOCCL_TUNE"
+
+// tuning is the launch shape and algorithm choice of one communicator.
+type tuning struct {
+	th collectives.Thresholds
+	// grid caps the blocks of a one-shot or two-shot launch; blockBytes
+	// adds a block per that many bytes per rank, so small messages use few
+	// blocks and large ones spread.
+	grid       int
+	blockBytes int64
+	// slot is the staging per (half, source rank, block), the most one
+	// block moves per barrier; fixed at New, as it sizes the workspace.
+	slot int64
+	// The LL kernel: a block per llBlock bytes, at least enough blocks that
+	// none carries more than its line buffer holds.
+	llBlock int64
+}
+
+// Defaults measured on 2x H200 (docs/perf.md).
+const (
+	defaultGrid       = 128
+	defaultBlockBytes = 16 << 10
+	defaultLLBlock    = 2 << 10
+	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
+	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
+	stagingBudget = 64 << 20
+	maxSlot       = 128 << 10
+	// The LL kernel's line buffers (kernels/ll.cu): kLLMaxBlocks blocks of
+	// kLLSlot line bytes, each line 8 bytes of data and 8 of flags, per
+	// (half, source rank).
+	llMaxBlocks = 128
+	llSlot      = 8 << 10
+	llBlockMax  = llSlot / 2
+	llMaxBytes  = llMaxBlocks * llBlockMax // the most one LL launch takes
+)
+
+func defaultTuning(nranks, maxBlocksCfg int) tuning {
+	t := tuning{
+		th:         collectives.DefaultThresholds,
+		grid:       defaultGrid,
+		blockBytes: defaultBlockBytes,
+		slot:       min(maxSlot, stagingBudget/(2*int64(max(nranks, 2))*maxBlocks)&^15),
+		llBlock:    defaultLLBlock,
+	}
+	if maxBlocksCfg > 0 {
+		t.grid = maxBlocksCfg
+	}
+	return t
+}
+
+// parseTuning applies spec (GOCCL_TUNE's syntax) to t.
+func (t *tuning) parse(spec string) error {
+	for _, kv := range strings.Split(spec, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("%s: %q is not key=value: %w", EnvTune, kv, collectives.ErrInvalidArgument)
+		}
+		if err := t.set(key, val); err != nil {
+			return fmt.Errorf("%s: %s: %w", EnvTune, kv, err)
+		}
+	}
+	return t.check()
+}
+
+func (t *tuning) set(key, val string) error {
+	if key == "grid" {
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > maxBlocks {
+			return fmt.Errorf("want 1 to %d blocks: %w", maxBlocks, collectives.ErrInvalidArgument)
+		}
+		t.grid = n
+		return nil
+	}
+	v, err := units.ParseSize(val)
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, collectives.ErrInvalidArgument)
+	}
+	switch key {
+	case "blockbytes":
+		t.blockBytes = v
+	case "slot":
+		t.slot = v
+	case "llblock":
+		t.llBlock = v
+	case "twoshot":
+		t.th.TwoShot = v
+	default:
+		kind, name, _ := strings.Cut(key, ".")
+		c, ok := collectiveNamed(name)
+		switch {
+		case !ok || (kind != "ce" && kind != "ll"):
+			return fmt.Errorf("unknown key: %w", collectives.ErrInvalidArgument)
+		case kind == "ll":
+			t.th.LL[c] = v
+		default:
+			t.th.CopyEngine[c] = v
+		}
+	}
+	return nil
+}
+
+func (t *tuning) check() error {
+	switch {
+	case t.blockBytes < 1 || t.llBlock < 1:
+		return fmt.Errorf("%s: block sizes must be positive: %w", EnvTune, collectives.ErrInvalidArgument)
+	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
+		return fmt.Errorf("%s: slot %d: want a multiple of 16 up to 1M: %w", EnvTune, t.slot, collectives.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func collectiveNamed(name string) (collectives.Collective, bool) {
+	for _, c := range collectives.AllCollectives() {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// tuningFromEnv is the communicator's tuning: defaults, Config.MaxBlocks,
+// then GOCCL_TUNE.
+func tuningFromEnv(nranks, maxBlocksCfg int) (tuning, string, error) {
+	t := defaultTuning(nranks, min(maxBlocksCfg, maxBlocks))
+	spec := os.Getenv(EnvTune)
+	err := t.parse(spec)
+	return t, spec, err
+}
+
+// llBytes is the size of the LL kernel's line buffers in one rank's
+// workspace.
+func llBytes(nranks int) uint64 { return 2 * uint64(nranks) * llMaxBlocks * llSlot }
+
+// shape is one launch's grid. work is the bytes the blocks share: a
+// segment for the two-shot AllReduce, the message otherwise.
+func (t *tuning) shape(f family, work int64) int {
+	if f == famAllReduceLL {
+		least := int((work + llBlockMax - 1) / llBlockMax)
+		return max(clampGrid(work, t.llBlock, llMaxBlocks), least)
+	}
+	return clampGrid(work, t.blockBytes, t.grid)
+}
+
+func clampGrid(work, per int64, most int) int {
+	return int(max(1, min((work+per-1)/per, int64(most))))
+}

@@ -1,0 +1,138 @@
+package gpu
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/transporttest"
+)
+
+func TestTuningParse(t *testing.T) {
+	def := defaultTuning(2, 0)
+	cases := []struct {
+		spec string
+		want func(*tuning)
+		err  string
+	}{
+		{"", func(*tuning) {}, ""},
+		{" grid=16 , blockbytes=8K", func(t *tuning) { t.grid, t.blockBytes = 16, 8<<10 }, ""},
+		{"grid=128,slot=4K,twoshot=1M,llblock=512", func(t *tuning) {
+			t.grid, t.slot, t.th.TwoShot, t.llBlock = 128, 4<<10, 1<<20, 512
+		}, ""},
+		{"ll.all_reduce=16K", func(t *tuning) { t.th.LL[collectives.AllReduce] = 16 << 10 }, ""},
+		{"ce.broadcast=64M,ce.all_gather=16M", func(t *tuning) {
+			t.th.CopyEngine[collectives.Broadcast] = 64 << 20
+			t.th.CopyEngine[collectives.AllGather] = 16 << 20
+		}, ""},
+		{"grid=0", nil, "grid=0"},
+		{"grid=129", nil, "grid=129"},
+		{"grid", nil, "not key=value"},
+		{"slot=100", nil, "multiple of 16"},
+		{"slot=2M", nil, "up to 1M"},
+		{"blockbytes=0", nil, "positive"},
+		{"llblock=0", nil, "positive"},
+		{"ll.all_to_all=1M", nil, "unknown key"},
+		{"pipe.all_reduce=1M", nil, "unknown key"},
+		{"speed=11", nil, "unknown key"},
+		{"twoshot=lots", nil, "invalid size"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.spec, func(t *testing.T) {
+			got := defaultTuning(2, 0)
+			err := got.parse(tc.spec)
+			if tc.err != "" {
+				require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+				assert.Contains(t, err.Error(), tc.err)
+				assert.Contains(t, err.Error(), EnvTune)
+				return
+			}
+			require.NoError(t, err)
+			want := def
+			tc.want(&want)
+			assert.Equal(t, want, got)
+		})
+	}
+}
+
+func TestTuningDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		nranks, maxBlocks int
+		slot              int64
+		grid              int
+	}{
+		{1, 0, 128 << 10, defaultGrid},
+		{2, 0, 128 << 10, defaultGrid},
+		{3, 0, 87376, defaultGrid},
+		{4, 0, 64 << 10, defaultGrid},
+		{8, 32, 32 << 10, 32},
+	} {
+		tu := defaultTuning(tc.nranks, tc.maxBlocks)
+		assert.Equal(t, tc.slot, tu.slot, "nranks %d", tc.nranks)
+		assert.Zero(t, tu.slot%16)
+		assert.LessOrEqual(t, 2*int64(tc.nranks)*maxBlocks*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
+		assert.Equal(t, tc.grid, tu.grid)
+	}
+}
+
+func TestTuningShape(t *testing.T) {
+	tu := defaultTuning(2, 0) // blocks of 16 KiB, 128 at most; LL blocks of 2 KiB
+	cases := []struct {
+		f    family
+		work int64
+		grid int
+	}{
+		{famAllReduceOneShot, 8, 1},
+		{famAllReduceOneShot, 16 << 10, 1},
+		{famAllReduceOneShot, 16<<10 + 1, 2},
+		{famAllGather, 1 << 30, defaultGrid},
+		// LL: a block per 2 KiB, but never more than 4 KiB per block.
+		{famAllReduceLL, 8, 1},
+		{famAllReduceLL, 2<<10 + 1, 2},
+		{famAllReduceLL, 64 << 10, 32},
+		{famAllReduceLL, llMaxBytes, llMaxBlocks},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.grid, tu.shape(tc.f, tc.work), "%s %d", familyStems[tc.f], tc.work)
+	}
+	tu.llBlock = 1 << 20 // still at least one block per 4 KiB
+	assert.Equal(t, 16, tu.shape(famAllReduceLL, 64<<10))
+}
+
+// A rank whose GOCCL_TUNE or MaxBlocks differs would launch other grids
+// than its peers and wait forever: every rank fails New instead.
+func TestTuningMustAgree(t *testing.T) {
+	errs := transporttest.NewGroup(3).OnRanks(t, func(ctx context.Context, r int, b transport.Bootstrap) error {
+		mine := "|0|same"
+		if r == 2 {
+			mine = "grid=8|0|other"
+		}
+		return agreeTuning(ctx, b, mine)
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
+		assert.Contains(t, err.Error(), EnvTune)
+	}
+	assert.Contains(t, errs[0].Error(), "rank 2")
+	assert.Contains(t, errs[2].Error(), "rank 0")
+}
+
+func TestBadTuningFailsNewOnEveryRank(t *testing.T) {
+	t.Setenv(EnvTune, "slot=7")
+	errs := transporttest.NewGroup(2).OnRanks(t, func(ctx context.Context, r int, b transport.Bootstrap) error {
+		mk := func(context.Context, string, cuda.Driver, transport.Bootstrap, cuda.Device, cuda.Context) (transport.Mapper, error) {
+			return &fakeMapper{b: b}, nil
+		}
+		_, err := newBackend(ctx, newFakeDriver(), b, Config{Device: r}, []byte("fatbin"), mk)
+		return err
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
+		assert.Contains(t, err.Error(), "slot 7", "rank %d", r)
+	}
+}

@@ -1,0 +1,79 @@
+// emu.h: declarations shared by the CPU emulator's files (emu_runtime.cc,
+// emu_check.cc, emu_main.cc). The emulator compiles goccl's real kernel
+// sources with g++ -DGOCCL_EMU and runs them on the CPU; see emu_main.cc.
+#pragma once
+
+#include "cuda_emu.h"
+// cuda_emu.h must come first: common.cuh includes prims_emu.h inside namespace goccl.
+#include "common.cuh"
+
+#include <string>
+#include <vector>
+
+typedef void (*KernelFn)(goccl::Params);
+
+// Exit codes of a block process (and of a rank's driver).
+enum { kExitOK = 0, kExitCheck = 1, kExitTimeout = 10, kExitCrash = 11, kExitMisaligned = 12 };
+
+// emu_launch runs kernel fn with grid blocks of threads threads each, one
+// forked process per block, and waits for all of them. It returns kExitOK or
+// the first block's failure code (the block has printed why, naming label).
+int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label);
+// emu_name_region names memory for fault messages (before any fork).
+void emu_name_region(const char* name, const void* base, uint64_t size);
+void emu_clear_regions();
+// emu_set_jitter turns the random yields that perturb interleavings on or off.
+void emu_set_jitter(bool on);
+// emu_set_slow makes the next launches' loads slow (0: full speed).
+void emu_set_slow(int us);
+
+// ---- collectives, data types and operators ----
+
+enum Family { kAR1, kAR2, kARL, kRED, kRS1, kBC1, kAG1, kNumFamilies };
+enum Dt { kI8, kU8, kI32, kU32, kI64, kU64, kF16, kBF16, kF32, kF64, kNumDts };  // GOCCL_TYPES order
+enum OpId { kSum, kProd, kMin, kMax, kAvg, kNumOps };                                // kernel op order
+
+extern const char* const kFamilyName[kNumFamilies];
+extern const char* const kDtName[kNumDts];
+extern const int kDtSize[kNumDts];
+extern const char* const kOpName[kNumOps];
+
+inline bool family_reduces(int f) { return f <= kRS1; }
+inline bool family_has_root(int f) { return f == kRED || f == kBC1; }
+// The LL kernel's line buffers: kLLMaxBlocks blocks of kLLSlot bytes (half
+// of them data) per (half, source rank); see ll.cu.
+constexpr uint64_t kEmuLLSlot = 8 << 10, kEmuLLMaxBlocks = 128, kEmuLLEpochOffset = 96 << 10;
+
+// kernel_for returns the kernel of a family (dt and op only for reductions).
+KernelFn kernel_for(int family, int dt, int op);
+
+// ---- inputs and references (emu_check.cc) ----
+
+uint64_t mix64(uint64_t x);
+// gen_elem: raw bits of rank's input element idx of a reduction launch.
+uint64_t gen_elem(int dt, int op, uint64_t seed, int rank, uint64_t idx);
+// gen_byte: rank's input byte idx of a copy launch (never zero).
+uint8_t gen_byte(uint64_t seed, int rank, uint64_t idx);
+// decode: an element's value as a double (floats) or its integer value.
+double decode_float(int dt, uint64_t bits);
+
+// Expect is the reference result of one output element: the exact bits
+// the kernels must produce (integers: exact arithmetic; floats: rank-order
+// accumulation modelled in plain C++) and, for floats, the value computed in
+// double with the error bound the model must also satisfy.
+struct Expect {
+  bool exact;     // integers: bits alone decide
+  uint64_t bits;  // the expected raw bits
+  double value;   // floats: the double reference and its tolerance
+  double tol;
+};
+// reference computes the reduction of in[0..n) (raw bits, rank order).
+Expect reference(int dt, int op, int n, const uint64_t* in);
+// matches reports whether raw output bits satisfy e.
+bool matches(int dt, const Expect& e, uint64_t got);
+// round16 rounds v to f16 or bf16 bits (dt), to nearest even.
+uint64_t round16(int dt, double v);
+// selftest checks prims_emu.h's 16-bit float conversions against round16 and decode_float.
+bool selftest();
+// describe formats an element's raw bits for a failure message.
+std::string describe(int dt, uint64_t bits);

@@ -1,0 +1,229 @@
+// emu_runtime.cc: runs one CUDA kernel launch of one rank on the CPU. Each
+// block is a forked process (so `__shared__` statics are per block) running
+// blockDim.x std::threads; device memory is a MAP_SHARED mapping made before
+// any fork, so every process sees it at the same address. A watchdog alarm
+// turns a hang into an exit code the driver reports with the launch's name.
+#include "emu.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+thread_local EmuDim3 threadIdx;
+EmuDim3 blockIdx, blockDim, gridDim;
+int emu_slow_us = 0;
+
+namespace {
+
+pthread_barrier_t g_bar;
+char g_label[512];  // "launch ... rank R block B", preformatted for signal handlers
+thread_local unsigned g_rng = 0;
+thread_local const void* g_last_poll = nullptr;
+bool g_jitter = true;
+std::atomic<int> g_reported{0};  // the first faulting thread reports; the others wait for _exit
+
+struct Region {
+  char name[48];
+  uintptr_t base, size;
+};
+Region g_regions[3 * goccl::kMaxRanks + 4];
+int g_nregions = 0;
+
+void write_str(const char* s) {
+  ssize_t n = (ssize_t)strlen(s);
+  while (n > 0) {
+    ssize_t w = write(2, s, (size_t)n);
+    if (w <= 0) return;
+    s += w;
+    n -= w;
+  }
+}
+
+void write_hex(uint64_t v) {
+  char b[19] = "0x";
+  for (int i = 0; i < 16; i++) b[2 + i] = "0123456789abcdef"[(v >> (60 - 4 * i)) & 15];
+  b[18] = 0;
+  write_str(b);
+}
+
+void write_dec(uint64_t v) {
+  char b[24];
+  int i = 23;
+  b[i] = 0;
+  do {
+    b[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v && i > 0);
+  write_str(b + i);
+}
+
+// write_where names the region an address falls in, or the page after it
+// (each region is followed by an inaccessible page).
+void write_where(uintptr_t a) {
+  for (int i = 0; i < g_nregions; i++) {
+    const Region& r = g_regions[i];
+    if (a >= r.base && a < r.base + r.size + 4096) {
+      write_str(" (");
+      write_str(r.name);
+      write_str(a < r.base + r.size ? " + " : " end + ");
+      write_dec(a < r.base + r.size ? a - r.base : a - r.base - r.size);
+      write_str(")");
+      return;
+    }
+  }
+}
+
+// first_report returns to the first thread of the process to report a
+// fault; later ones wait to be ended by its _exit, so that messages do not
+// interleave.
+void first_report() {
+  if (g_reported.exchange(1) == 0) return;
+  for (;;) pause();
+}
+
+void on_alarm(int) {
+  first_report();
+  write_str("EMU-TIMEOUT ");
+  write_str(g_label);
+  write_str(": the block did not finish (deadlock?)\n");
+  _exit(kExitTimeout);
+}
+
+void on_fault(int sig, siginfo_t* si, void*) {
+  first_report();
+  write_str(sig == SIGSEGV ? "EMU-CRASH SIGSEGV " : sig == SIGBUS ? "EMU-CRASH SIGBUS " : "EMU-CRASH signal ");
+  write_str(g_label);
+  write_str(" thread ");
+  write_hex(threadIdx.x);
+  write_str(" address ");
+  write_hex((uint64_t)si->si_addr);
+  write_where((uintptr_t)si->si_addr);
+  write_str("\n");
+  _exit(kExitCrash);
+}
+
+unsigned next_rand() {
+  if (g_rng == 0) g_rng = (unsigned)getpid() * 2654435761u + threadIdx.x * 40503u + 1;
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 17;
+  g_rng ^= g_rng << 5;
+  return g_rng;
+}
+
+[[noreturn]] void run_block(KernelFn fn, const goccl::Params& p, int block, int grid, int threads,
+                            int timeout_s) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  blockIdx = {(unsigned)block, 0, 0};
+  gridDim = {(unsigned)grid, 1, 1};
+  blockDim = {(unsigned)threads, 1, 1};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+  sigaction(SIGFPE, &sa, nullptr);
+  sigaction(SIGABRT, &sa, nullptr);
+  signal(SIGALRM, on_alarm);
+  alarm((unsigned)timeout_s);
+  pthread_barrier_init(&g_bar, nullptr, (unsigned)threads);
+  std::vector<std::thread> ts;
+  ts.reserve((size_t)threads);
+  for (int t = 1; t < threads; t++)
+    ts.emplace_back([fn, p, t] {
+      threadIdx = {(unsigned)t, 0, 0};
+      fn(p);
+    });
+  threadIdx = {0, 0, 0};
+  fn(p);
+  for (auto& t : ts) t.join();
+  _exit(0);
+}
+
+}  // namespace
+
+void emu_bar_sync() {
+  if (g_jitter && (next_rand() & 31) == 0) sched_yield();
+  pthread_barrier_wait(&g_bar);
+}
+
+void emu_poll_pause(const void* p) {
+  if (p == g_last_poll) sched_yield();
+  g_last_poll = p;
+}
+
+void emu_jitter() {
+  if (g_jitter && (next_rand() & 7) == 0) sched_yield();
+}
+
+void emu_misaligned(const void* p, int width) {
+  first_report();
+  char b[64];
+  snprintf(b, sizeof b, "EMU-MISALIGNED %d-byte access ", width);
+  write_str(b);
+  write_str(g_label);
+  write_str(" thread ");
+  write_hex(threadIdx.x);
+  write_str(" address ");
+  write_hex((uint64_t)p);
+  write_where((uintptr_t)p);
+  write_str("\n");
+  _exit(kExitMisaligned);
+}
+
+void emu_set_jitter(bool on) { g_jitter = on; }
+
+// emu_slow: a slow reader sleeps before one load in two, so that its
+// peers finish a launch and start writing the next one while it still
+// reads this one's data (a GPU that is busy or throttled).
+void emu_slow() {
+  if ((next_rand() & 1) == 0) usleep((useconds_t)emu_slow_us);
+}
+
+void emu_set_slow(int us) { emu_slow_us = us; }
+
+void emu_name_region(const char* name, const void* base, uint64_t size) {
+  if (g_nregions == (int)(sizeof g_regions / sizeof g_regions[0])) return;
+  Region& r = g_regions[g_nregions++];
+  snprintf(r.name, sizeof r.name, "%s", name);
+  r.base = (uintptr_t)base;
+  r.size = size;
+}
+
+void emu_clear_regions() { g_nregions = 0; }
+
+int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label) {
+  std::vector<pid_t> kids;
+  fflush(stdout);
+  fflush(stderr);
+  for (int b = 0; b < grid; b++) {
+    snprintf(g_label, sizeof g_label, "%s block %d", label, b);
+    pid_t pid = fork();
+    if (pid < 0) {
+      perror("emu: fork");
+      for (pid_t k : kids) kill(k, SIGKILL);
+      for (pid_t k : kids) waitpid(k, nullptr, 0);
+      return kExitCrash;
+    }
+    if (pid == 0) run_block(fn, p, b, grid, threads, timeout_s);
+    kids.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t k : kids) {
+    int st = 0;
+    while (waitpid(k, &st, 0) < 0 && errno == EINTR) {
+    }
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : kExitCrash;
+    if (WIFSIGNALED(st)) fprintf(stderr, "EMU-CRASH %s: a block died of signal %d\n", label, WTERMSIG(st));
+    if (code != 0 && worst == 0) worst = code;
+  }
+  return worst;
+}

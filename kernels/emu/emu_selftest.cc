@@ -1,0 +1,65 @@
+// emu_selftest.cc: checks the emulator's own 16-bit float conversions
+// (prims_emu.h, the twins of the PTX cvt instructions) against the
+// reference's independent ones: every f16 and bf16 value widened, and f32
+// values rounded, including every halfway case near each 16-bit value.
+#include <stdio.h>
+
+#include "emu.h"
+
+namespace {
+
+int fails = 0;
+
+void fail(const char* what, uint32_t in, uint32_t got, uint32_t want) {
+  if (fails++ < 10) printf("FAIL selftest: %s of 0x%08x: got 0x%04x, want 0x%04x\n", what, in, got, want);
+}
+
+// check_round compares the emulator's f32 -> 16-bit rounding with the
+// reference's (round16, which rounds with nearbyint).
+void check_round(uint32_t fbits) {
+  float f;
+  memcpy(&f, &fbits, 4);
+  if (std::isnan(f)) {
+    const uint16_t h = goccl::f32_to_f16(f), b = goccl::f32_to_bf16(f);
+    if (!std::isnan(decode_float(kF16, h))) fail("f32_to_f16 (NaN)", fbits, h, 0x7e00);
+    if (!std::isnan(decode_float(kBF16, b))) fail("f32_to_bf16 (NaN)", fbits, b, 0x7fc0);
+    return;
+  }
+  const uint64_t wantH = round16(kF16, f), wantB = round16(kBF16, f);
+  const uint16_t h = goccl::f32_to_f16(f), b = goccl::f32_to_bf16(f);
+  if (h != wantH) fail("f32_to_f16", fbits, h, (uint32_t)wantH);
+  if (b != wantB) fail("f32_to_bf16", fbits, b, (uint32_t)wantB);
+}
+
+}  // namespace
+
+bool selftest() {
+  fails = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    const double want = decode_float(kF16, h);
+    const float got = goccl::f16_to_f32((uint16_t)h);
+    if (!(got == want || (std::isnan(got) && std::isnan(want))) || std::signbit(got) != std::signbit(want))
+      fail("f16_to_f32", h, 0, 0);
+    // around each 16-bit value: itself, the halfway points to its neighbours, and one f32 ulp either side
+    for (int dt : {kF16, kBF16}) {
+      const double v = decode_float(dt, h);
+      if (!std::isfinite(v)) continue;
+      const double next = decode_float(dt, h + 1 < 65536 ? h + 1 : h);
+      const double mid = std::isfinite(next) ? (v + next) / 2 : v;
+      for (double x : {v, mid}) {
+        float f = (float)x;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        check_round(u);
+        check_round(u + 1);
+        check_round(u - 1);
+      }
+    }
+  }
+  for (uint64_t u = 0; u < (1ull << 32); u += 4099) check_round((uint32_t)u);  // a spread of all f32
+  for (uint32_t u : {0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33000000u,
+                     0x33000001u, 0x00000001u, 0x80000001u, 0x38800000u, 0x387fffffu})
+    check_round(u);
+  printf("%s selftest: 16-bit float conversions (%d wrong)\n", fails ? "FAIL" : "PASS", fails);
+  return fails == 0;
+}

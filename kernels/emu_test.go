@@ -1,0 +1,192 @@
+package kernels
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The CPU emulator (kernels/emu) compiles the real kernel sources with g++
+// and runs each block as a process of std::threads over shared memory, so
+// that kernel logic (indexing, barriers, LL flags, deadlocks, epochs
+// carried across launches, in and out of place) is tested without a GPU. See kernels/emu/emu_main.cc for what the scenarios cover.
+
+// emuSources are the translation units of the emulator: the kernel files
+// (compiled as C++ with the emulated CUDA builtins) and the emulator's own.
+var emuSources = []struct {
+	path   string
+	kernel bool
+}{
+	{"allreduce.cu", true},
+	{"reduce.cu", true},
+	{"bcast_gather.cu", true},
+	{"ll.cu", true},
+	{"emu/emu_main.cc", false},
+	{"emu/emu_runtime.cc", false},
+	{"emu/emu_check.cc", false},
+	{"emu/emu_kernels.cc", false},
+	{"emu/emu_selftest.cc", false},
+}
+
+// emuScenarios must name every scenario the emulator lists (checked below),
+// so that a new one is not silently left out. short: run under -short.
+var emuScenarios = []struct {
+	name  string
+	short bool
+}{
+	{"matrix1", false},
+	{"matrix2", true},
+	{"matrix3", false},
+	{"matrix4", false},
+	{"mixed3", false},
+	{"mixed4", true},
+	{"mixed6", false},
+	{"mixed8", true},
+	{"skew4", true},
+	{"abort", true},
+	{"selftest", true},
+}
+
+func TestKernelsOnCPU(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("the kernel emulator needs Linux (fork, prctl, shared mappings) on x86-64 (atomic 16-byte LL lines)")
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ is not installed; the CPU emulator of the kernels needs it")
+	}
+	bin := buildEmu(t, gxx)
+
+	listed, err := runEmu(t, bin, time.Minute, "-list")
+	require.NoError(t, err, "emu -list:\n%s", listed)
+	var names []string
+	for _, s := range emuScenarios {
+		names = append(names, s.name)
+	}
+	require.ElementsMatch(t, names, strings.Fields(listed), "emuScenarios and the emulator's scenarios differ")
+
+	for _, s := range emuScenarios {
+		t.Run(s.name, func(t *testing.T) {
+			if testing.Short() && !s.short {
+				t.Skip("long scenario; skipped in -short mode")
+			}
+			out, err := runEmu(t, bin, 5*time.Minute, "-run", s.name)
+			require.NoError(t, err, "emulator output:\n%s", out)
+			assert.Contains(t, out, "PASS "+s.name)
+			assert.NotContains(t, out, "FAIL")
+			t.Log(lastLine(out))
+		})
+	}
+
+	// The emulator must report what it exists to find: a wrong element and a
+	// hang. Each case breaks one thing on purpose and expects a failure.
+	negative := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{
+			name: "one-ulp error is reported",
+			args: []string{"-run", "matrix2", "-limit", "2", "-inject", "corrupt"},
+			want: []string{"FAIL matrix2 launch 0: allreduce_oneshot", "rank=1: result: first wrong index 0 (1 wrong)"},
+		},
+		{
+			name: "hang is reported",
+			args: []string{"-run", "matrix2", "-limit", "3", "-inject", "hang", "-timeout", "2"},
+			want: []string{"EMU-TIMEOUT matrix2 launch 1 (allreduce_oneshot", "rank 1 block 0", "state of every rank", "FAIL matrix2"},
+		},
+	}
+	for _, c := range negative {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := runEmu(t, bin, time.Minute, c.args...)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "the emulator should have failed; output:\n%s", out)
+			for _, w := range c.want {
+				assert.Contains(t, out, w)
+			}
+		})
+	}
+}
+
+// buildEmu compiles the emulator into t.TempDir() and returns its path.
+// GOCCL_EMU_OPT overrides the optimization level (-O0 compiles the 300-odd
+// kernel instantiations fastest; the run time barely depends on it).
+func buildEmu(t *testing.T, gxx string) string {
+	t.Helper()
+	dir, err := filepath.Abs(".")
+	require.NoError(t, err)
+	opt := os.Getenv("GOCCL_EMU_OPT")
+	if opt == "" {
+		opt = "-O0"
+	}
+	out := t.TempDir()
+	common := []string{"-std=c++17", opt, "-DGOCCL_EMU", "-pthread", "-I", dir,
+		"-include", filepath.Join(dir, "emu", "cuda_emu.h")}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	objs := make([]string, len(emuSources))
+	errs := make([]error, len(emuSources))
+	sem := make(chan struct{}, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for i, src := range emuSources {
+		objs[i] = filepath.Join(out, fmt.Sprintf("%d.o", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			args := append([]string{}, common...)
+			if src.kernel {
+				args = append(args, "-x", "c++")
+			}
+			args = append(args, "-c", filepath.Join(dir, src.path), "-o", objs[i])
+			if b, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("g++ %s: %w\n%s", src.path, err, b)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	bin := filepath.Join(out, "emu")
+	link := append([]string{"-pthread", "-o", bin}, objs...)
+	b, err := exec.CommandContext(ctx, gxx, link...).CombinedOutput()
+	require.NoError(t, err, "linking the emulator:\n%s", b)
+	t.Logf("emulator built with %s in %v", opt, time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// runEmu runs the emulator and returns its combined output.
+func runEmu(t *testing.T, bin string, limit time.Duration, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var buf bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("emulator killed after %v: %w", limit, ctx.Err())
+	}
+	return buf.String(), err
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
+}

@@ -1,0 +1,125 @@
+// ll.cu: the low-latency (flag-free) AllReduce for small messages, exported
+// as goccl_allreduce_ll_<type>_<op>. Every 8 bytes of input travel in a
+// 16-byte line {data lo, flag, data hi, flag} stored whole into each peer's
+// line buffer; a reader spins on the line itself until both flags carry this
+// launch's epoch. There is no barrier, no fence and no separate flag: one
+// NVLink store and one poll per line, at the price of twice the bytes.
+//
+// Safety of reuse: block b's k-th LL launch writes half k&1 with flag k. A
+// writer's k-th launch follows its own (k-1)-th, which read the reader's
+// (k-1)-th lines, written after the reader had finished its (k-2)-th launch
+// (stream order): so half k&1 is never overwritten while still being read,
+// and stale lines carry flags k-2, k-4, ... which never match. Only LL
+// kernels write these lines.
+#include "common.cuh"
+
+namespace goccl {
+
+constexpr int kLLMaxBlocks = 128;
+constexpr u64 kLLSlot = 8 << 10;  // line bytes per (half, source, block): 4 KiB of data
+constexpr u64 kLLEpochOffset = 96 << 10;  // [kMaxBlocks] u32 in the signal area
+
+// load_tail reads n <= 8 bytes at p into the low bytes of a u64 (aligned
+// whole words when it can, bytes otherwise).
+__device__ __forceinline__ u64 load_tail(const char* p, u64 n) {
+  if (n == 8 && ((u64)p & 7) == 0) return ld8(p);
+  u64 v = 0;
+  for (u64 i = 0; i < n; i++) v |= (u64)ld1(p + i) << (8 * i);
+  return v;
+}
+__device__ __forceinline__ void store_tail(char* p, u64 v, u64 n) {
+  if (n == 8 && ((u64)p & 7) == 0) {
+    st8(p, v);
+    return;
+  }
+  for (u64 i = 0; i < n; i++) st1(p + i, (u8)(v >> (8 * i)));
+}
+
+template <typename T, typename Op>
+__device__ void allreduce_ll(const Params& p) {
+  typedef Elem<T> E;
+  typedef typename E::Acc A;
+  typedef typename E::Raw R;
+  constexpr int V = 8 / sizeof(T);
+  const int me = p.rank, nr = p.nranks;
+  const u64 bytes = p.count * sizeof(T);
+  const u64 per = round_up(ceil_div(bytes, gridDim.x), 8);
+  const u64 lo = per * blockIdx.x;
+  const u64 n = lo < bytes ? min64(per, bytes - lo) : 0;
+  const u64 lines = ceil_div(n, 8);
+  u32* epochp = (u32*)(p.signals + kLLEpochOffset) + blockIdx.x;
+  const u32 e = *(volatile const u32*)epochp + 1;
+  const u64 half = e & 1;
+  auto slot = [&](int owner, int src) -> char* {
+    return (char*)(p.peerStaging[owner] + p.llOffset) +
+           (((half * nr + src) * kLLMaxBlocks + blockIdx.x) * kLLSlot);
+  };
+  const char* send = (const char*)p.send + lo;
+  char* recv = (char*)p.recv + lo;
+  // Each thread writes, then reads, its own lines: no block barrier.
+  for (u64 i = threadIdx.x; i < lines; i += blockDim.x) {
+    const u64 v = load_tail(send + 8 * i, min64(8, n - 8 * i));
+    V16 line = {(u32)v, e, (u32)(v >> 32), e};
+    for (int r = 0; r < nr; r++)
+      if (r != me) st_volatile16(slot(r, me) + 16 * i, line);
+  }
+  // After an abort the lines may never come: stop waiting, finish the
+  // loop on whatever is there (the communicator is dead) and keep the
+  // epoch, so that every thread still reaches the barrier below.
+  const u32* abortp = (const u32*)p.abortFlag;
+  bool dead = false;
+  for (u64 i = threadIdx.x; i < lines; i += blockDim.x) {
+    const u64 len = min64(8, n - 8 * i);
+    union U { u64 u; R r[V]; };
+    // fetch: rank r's 8 bytes of line i, its own from send.
+    auto fetch = [&](int r) -> U {
+      U x;
+      if (r == me) {
+        x.u = load_tail(send + 8 * i, len);
+        return x;
+      }
+      const char* l = slot(me, r) + 16 * i;
+      V16 line = ld_volatile16(l);
+      u32 spins = 0;
+      while (!dead && (line.y != e || line.w != e)) {
+        if ((++spins & 1023) == 0 && ld_volatile_sys(abortp) != 0) dead = true;
+        line = ld_volatile16(l);
+      }
+      x.u = (u64)line.x | ((u64)line.z << 32);
+      return x;
+    };
+    U x = fetch(0);
+    A acc[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) acc[j] = E::load(x.r[j]);
+    for (int r = 1; r < nr; r++) {
+      x = fetch(r);
+#pragma unroll
+      for (int j = 0; j < V; j++) acc[j] = Op::apply(acc[j], E::load(x.r[j]));
+    }
+    U out;
+#pragma unroll
+    for (int j = 0; j < V; j++) out.r[j] = E::store(Op::finish(acc[j], nr));
+    store_tail(recv + 8 * i, out.u, len);
+  }
+  // Every thread has read the epoch before it moves on.
+  __shared__ int s_dead;
+  if (threadIdx.x == 0) s_dead = 0;
+  bar_sync();
+  if (dead) s_dead = 1;
+  bar_sync();
+  if (threadIdx.x == 0 && !s_dead) *(volatile u32*)epochp = e;
+}
+
+}  // namespace goccl
+
+#define GOCCL_LL_KERNEL(opname, Op, tname, T)                                          \
+  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
+      goccl_allreduce_ll_##tname##_##opname(goccl::Params p) {                         \
+    goccl::allreduce_ll<T, goccl::Op>(p);                                              \
+  }
+GOCCL_TYPES(GOCCL_LL_KERNEL, sum, OpSum)
+GOCCL_TYPES(GOCCL_LL_KERNEL, prod, OpProd)
+GOCCL_TYPES(GOCCL_LL_KERNEL, min, OpMin)
+GOCCL_TYPES(GOCCL_LL_KERNEL, max, OpMax)
+GOCCL_TYPES(GOCCL_LL_KERNEL, avg, OpAvg)
