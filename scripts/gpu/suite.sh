@@ -74,11 +74,17 @@ done
 step "2 procs, goccl run, ipc" 150 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "${CONF[@]}"
 step "2 procs, goccl run, vmm, large" 300 env GOCCL_TRANSPORT=vmm "$B/goccl" run -np 2 "${CONF[@]}" ${LARGE:+--large $LARGE}
 [ -n "$HUGE" ] && step "2 procs, goccl run, ipc, $HUGE" 240 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "$B/conformance" --backend gpu --counts 1 --large "$HUGE"
-# Registered buffers (comm.Alloc): Broadcast/AllGather from 1 MiB take the
-# copy-engine path (cuMemcpyAsync into the peers' buffers, stream memory ops).
+# Registered buffers (comm.Alloc): Broadcast/AllGather on the copy-engine
+# path (cuMemcpyAsync into the peers' buffers, stream memory ops), forced at
+# every size (by default it starts at 32-128 MiB).
 REG=("$B/conformance" --backend gpu --register --colls broadcast,all_gather --counts 0,1,7,4095,1048579 --large 64Mi)
-step "2 procs, vmm, registered (ce)" 180 env GOCCL_TRANSPORT=vmm "$B/goccl" run -np 2 "${REG[@]}"
-step "2 procs, ipc, registered (ce)" 180 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "${REG[@]}"
+step "2 procs, vmm, registered (ce)" 180 env GOCCL_TRANSPORT=vmm GOCCL_ALGO=ce "$B/goccl" run -np 2 "${REG[@]}"
+step "2 procs, ipc, registered (ce)" 180 env GOCCL_TRANSPORT=ipc GOCCL_ALGO=ce "$B/goccl" run -np 2 "${REG[@]}"
+# The algorithms the size choice skips at 2 ranks: two-shot, and one-shot
+# where LL would run; plus the widest grid on small staging slots.
+step "2 procs, twoshot forced" 150 env GOCCL_ALGO=twoshot "$B/goccl" run -np 2 "$B/conformance" --backend gpu --colls all_reduce --graph 20 --stress 300
+step "2 procs, oneshot forced" 150 env GOCCL_ALGO=oneshot "$B/goccl" run -np 2 "$B/conformance" --backend gpu --colls all_reduce --graph 20 --stress 300
+step "2 procs, grid=128,slot=4K" 150 env GOCCL_TUNE=grid=128,slot=4K,blockbytes=2K "$B/goccl" run -np 2 "${CONF[@]}"
 step "2 GPUs in 1 proc (uva)" 150 "${CONF[@]}" --inprocess 2
 if command -v mpirun >/dev/null; then
   step "2 procs, Open MPI mpirun" 150 mpirun --allow-run-as-root -np 2 "${CONF[@]}"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# tune.sh: one device call that checks the kernels under test and sweeps
+# the launch shapes and thresholds of GOCCL_TUNE (collectives/gpu/tune.go),
+# printing one line per (setting, size) last. Run from the repo root on
+# nvidia-h200-x2 with binaries from scripts/gpu/build.sh (carried as .gpu):
+#   bash scripts/gpu/tune.sh [--kernels] [check|large|reg|small|all]...
+# --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset GOCCL_NVLS_ENABLE
+B=${GOCCL_GPU_BIN:-.gpu}
+LOGS=${OUT:-/tmp}/tune
+mkdir -p "$LOGS"
+PARTS=()
+for a in "$@"; do
+  case $a in
+    --kernels)
+      export PATH=$PATH:/usr/local/cuda/bin
+      SECONDS=0
+      make kernels >"$LOGS/kernels.log" 2>&1 || { tail -30 "$LOGS/kernels.log"; exit 1; }
+      echo "kernels built in ${SECONDS}s"
+      export GOCCL_FATBIN=$PWD/kernels/goccl.fatbin
+      [ -n "${OUT:-}" ] && cp kernels/goccl.fatbin kernels/manifest.json "$OUT/" ;;
+    *) PARTS+=("$a") ;;
+  esac
+done
+[ ${#PARTS[@]} = 0 ] && PARTS=(all)
+want() { for p in "${PARTS[@]}"; do [ "$p" = all ] || [ "$p" = "$1" ] && return 0; done; return 1; }
+
+summary=()
+# check NAME ENV... -- CONFORMANCE ARGS: a correctness gate, one line.
+check() {
+  local name=$1 envs=() log="$LOGS/check_$(echo "$1" | tr -c 'A-Za-z0-9' _).log"
+  shift
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" timeout -k 5 100 "$B/goccl" run -np 2 --timeout 90s "$B/conformance" --backend gpu "$@" >"$log" 2>&1
+  local rc=$? line
+  line=$(grep 'conformance: all' "$log" | tail -1)
+  [ -z "$line" ] && line=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | head -2 | tr '\n' ' ')
+  summary+=("check $name: rc=$rc $line")
+  [ $rc != 0 ] && { echo "=== check $name failed"; grep -E 'FAIL|mismatch|error' "$log" | head -10; tail -5 "$log"; failed=1; }
+}
+failed=0
+# sweep NAME ENV... -- BENCH ARGS: one line per size (time us, busbw GB/s).
+sweep() {
+  local name=$1 envs=() log="$LOGS/sweep_$(echo "$1" | tr -c 'A-Za-z0-9=.,_' _).log"
+  shift
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" timeout -k 5 60 "$B/goccl" run -np 2 "$B/goccl" bench "$@" --backend gpu -c 0 -a 3 >"$log" 2>&1 \
+    || { summary+=("sweep $name: FAILED rc=$?"); tail -5 "$log"; return; }
+  while read -r size t bw; do
+    summary+=("$(printf '%-44s %10s %9s us %8s GB/s' "$name" "$size" "$t" "$bw")")
+  done < <(grep -E '^ +[0-9]+ ' "$log" | awk '{print $1, $6, $8}')
+}
+
+if want check; then
+  # The LL kernel on every type and op; the default choice (LL, one-shot,
+  # copy engines) at every size class; the widest grid with small slots.
+  check "ll forced" GOCCL_ALGO=ll -- --colls all_reduce --counts 1,2,3,7,4095,16387,131072 --graph 100 --stress 1000
+  check "default choice, large" -- --counts 0,1,7,4095,1048579 --large 64Mi --stress 1000
+  check "grid=256,slot=64K" GOCCL_TUNE=grid=256,slot=64K,blockbytes=4K -- --counts 1,7,4095,1048579 --graph 20 --stress 300
+  # Timing kernels that give wrong answers (or hang) wastes the call.
+  [ $failed = 1 ] && PARTS=(none)
+fi
+if want large; then
+  S=(-b 32M -e 512M -f 4 -n 20 -w 5)
+  for c in all_reduce reduce_scatter all_gather broadcast; do
+    for t in grid=128 grid=192 grid=256 grid=256,slot=64K grid=128,slot=256K grid=128,slot=64K; do
+      sweep "$c oneshot $t" GOCCL_ALGO=oneshot GOCCL_TUNE=$t -- "$c" "${S[@]}"
+    done
+  done
+fi
+if want reg; then
+  # Registered buffers: the copy engines at every size, to place their
+  # thresholds against the kernels' figures above.
+  S=(-b 1M -e 512M -f 4 -n 20 -w 5 -R 2)
+  for c in broadcast all_gather; do
+    sweep "$c ce (registered)" GOCCL_ALGO=ce -- "$c" "${S[@]}"
+  done
+fi
+if want small; then
+  # LL against one-shot where they meet (graph and eager).
+  for g in 20 0; do
+    S=(-b 128K -e 2M -f 2 -n 20 -w 5 -G $g)
+    sweep "ar G=$g ll" GOCCL_ALGO=ll -- all_reduce "${S[@]}"
+    sweep "ar G=$g oneshot" GOCCL_ALGO=oneshot -- all_reduce "${S[@]}"
+  done
+fi
+
+echo
+echo "tune summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+for l in "${summary[@]}"; do echo "$l"; done
+[ -n "${OUT:-}" ] && tar -C "$LOGS/.." -czf "$OUT/tune-logs.tgz" tune
+exit 0
