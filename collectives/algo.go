@@ -46,6 +46,10 @@ type Thresholds struct {
 	// (one-shot sends (n-1) times the message from every rank, two-shot
 	// 2(n-1)/n of it, at the price of a second barrier).
 	TwoShot int64
+	// TwoShotPair: the same at two ranks, where both move the same bytes
+	// but two-shot reduces while it pushes the result, which pays from
+	// about 16 MiB.
+	TwoShotPair int64
 	// LL: AllReduce up to here (inclusive) uses the low-latency kernel;
 	// backends cap it at what their kernel holds.
 	LL [NumCollectives]int64
@@ -60,9 +64,10 @@ const never = int64(1) << 62
 
 // DefaultThresholds: see Thresholds.
 var DefaultThresholds = Thresholds{
-	TwoShot:    256 << 10,
-	LL:         [NumCollectives]int64{AllReduce: 512 << 10},
-	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
+	TwoShot:     256 << 10,
+	TwoShotPair: 16 << 20,
+	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
+	CopyEngine:  [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
 }
 
 // Choose picks the algorithm for one call from the collective, the bytes of
@@ -73,8 +78,8 @@ var DefaultThresholds = Thresholds{
 //   - Broadcast and AllGather into registered buffers: the copy engines
 //     from CopyEngine[c] (or at any size when forced to).
 //   - AllReduce: low-latency up to LL (and, at more than two ranks, below
-//     TwoShot), then one-shot at 1-2 ranks (it moves the fewest bytes
-//     there) and below TwoShot; two-shot above.
+//     TwoShot); two-shot from TwoShot at more than two ranks and from
+//     TwoShotPair at two; one-shot otherwise (and always at one rank).
 //   - Everything else: one-shot (push through staging).
 //
 // NVLS is not chosen here: the GPU backend takes it before asking, where
@@ -91,7 +96,8 @@ func (th *Thresholds) Choose(c Collective, bytes int64, nranks int, forced Algor
 		return forced
 	case c == AllReduce && bytes <= th.LL[c] && (nranks <= 2 || bytes < th.TwoShot):
 		return LL
-	case c == AllReduce && nranks > 2 && bytes >= th.TwoShot:
+	case c == AllReduce && nranks > 2 && bytes >= th.TwoShot,
+		c == AllReduce && nranks == 2 && bytes >= th.TwoShotPair:
 		return TwoShot
 	}
 	return OneShot

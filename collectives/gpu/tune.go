@@ -14,7 +14,8 @@ import (
 // algorithm thresholds, for tuning runs on a new machine: a comma-separated
 // list of key=value, sizes in nccl-tests' spelling, e.g.
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
-// llblock, twoshot, ll.<coll>, ce.<coll> (coll as nccl-tests spells it).
+// llblock, twoshot (more than two ranks), twoshot2 (two ranks), ll.<coll>,
+// ce.<coll> (coll as nccl-tests spells it).
 // Every rank must be given the same value: New fails otherwise, as
 // mismatched launch shapes would leave ranks waiting forever.
 const EnvTune = "GOCCL_TUNE"
@@ -107,6 +108,8 @@ func (t *tuning) set(key, val string) error {
 		t.llBlock = v
 	case "twoshot":
 		t.th.TwoShot = v
+	case "twoshot2":
+		t.th.TwoShotPair = v
 	default:
 		kind, name, _ := strings.Cut(key, ".")
 		c, ok := collectiveNamed(name)

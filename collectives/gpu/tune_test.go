@@ -26,6 +26,7 @@ func TestTuningParse(t *testing.T) {
 			t.grid, t.slot, t.th.TwoShot, t.llBlock = 128, 4<<10, 1<<20, 512
 		}, ""},
 		{"ll.all_reduce=16K", func(t *tuning) { t.th.LL[collectives.AllReduce] = 16 << 10 }, ""},
+		{"twoshot2=4M", func(t *tuning) { t.th.TwoShotPair = 4 << 20 }, ""},
 		{"ce.broadcast=64M,ce.all_gather=16M", func(t *tuning) {
 			t.th.CopyEngine[collectives.Broadcast] = 64 << 20
 			t.th.CopyEngine[collectives.AllGather] = 16 << 20

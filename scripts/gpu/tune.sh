@@ -3,7 +3,7 @@
 # the launch shapes and thresholds of GOCCL_TUNE (collectives/gpu/tune.go),
 # printing one line per (setting, size) last. Run from the repo root on
 # nvidia-h200-x2 with binaries from scripts/gpu/build.sh (carried as .gpu):
-#   bash scripts/gpu/tune.sh [--kernels] [check|large|reg|small|all]...
+#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|all]...
 # --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -68,6 +68,16 @@ if want large; then
     for t in grid=128 grid=192 grid=256 grid=256,slot=64K grid=128,slot=256K grid=128,slot=64K; do
       sweep "$c oneshot $t" GOCCL_ALGO=oneshot GOCCL_TUNE=$t -- "$c" "${S[@]}"
     done
+  done
+fi
+if want twoshot; then
+  # Two-shot against one-shot at 2 ranks: the same bytes on the link, but
+  # two-shot reduces while it pushes the result.
+  for g in 20 0; do
+    S=(-b 2M -e 32M -f 2 -n 20 -w 5 -G $g)
+    [ $g = 0 ] && S=(-b 2M -e 1G -f 4 -n 20 -w 5)
+    sweep "ar G=$g twoshot" GOCCL_ALGO=twoshot -- all_reduce "${S[@]}"
+    sweep "ar G=$g oneshot" GOCCL_ALGO=oneshot -- all_reduce "${S[@]}"
   done
 fi
 if want reg; then
