@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -214,6 +216,45 @@ func TestCloseReleasesEverything(t *testing.T) {
 		assert.Equal(t, 1, drvs[r].released)
 		err := be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 16, Recv: 16, Count: 4, Type: collectives.Float32})
 		assert.ErrorIs(t, err, collectives.ErrClosed)
+	}
+}
+
+// After an abort, Close waits a bounded time for this rank's work; work
+// that never finishes (a copy-engine wait on a dead peer) leaves the memory
+// allocated instead of freeing it under running work.
+func TestCloseAfterAbortBoundsItsWait(t *testing.T) {
+	for _, stuck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stuck=%v", stuck), func(t *testing.T) {
+			bes, drvs, maps := newFakeBackends(t, 1, Config{})
+			be, d := bes[0], drvs[0]
+			be.abortDrain = 50 * time.Millisecond
+			be.Abort(errors.New("peer died"))
+			gate := make(chan struct{})
+			defer close(gate)
+			d.mu.Lock()
+			before := d.syncs
+			if stuck {
+				d.syncGate = gate
+			}
+			d.mu.Unlock()
+			start := time.Now()
+			err := be.Close()
+			assert.Less(t, time.Since(start), 2*time.Second)
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			assert.Equal(t, before+1, d.syncs, "Close waited for the work")
+			if stuck {
+				require.ErrorIs(t, err, ErrStillRunning)
+				assert.Empty(t, maps[0].freed, "workspace left in place")
+				assert.Zero(t, d.unloaded, "kernels left loaded")
+				assert.Zero(t, d.released, "context kept")
+				return
+			}
+			require.NoError(t, err)
+			assert.Len(t, maps[0].freed, 1, "workspace freed")
+			assert.Equal(t, 1, d.unloaded)
+			assert.Equal(t, 1, d.released)
+		})
 	}
 }
 

@@ -22,6 +22,7 @@ type fakeDriver struct {
 	released int
 	unloaded int
 	freed    int
+	syncGate chan struct{} // when set, CtxSynchronize waits for it to close
 
 	// Stream-ordered work, in enqueue order, for the exact-sequence tests
 	// and the simulator (sim_test.go).
@@ -198,8 +199,12 @@ func (f *fakeDriver) MemsetD32Async(_ cuda.Context, dst cuda.DevicePtr, v uint32
 }
 func (f *fakeDriver) CtxSynchronize(cuda.Context) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.syncs++
+	gate := f.syncGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate // work that does not finish until the test says so
+	}
 	return nil
 }
 func (f *fakeDriver) MemAllocHost(cuda.Context, uint64) (unsafe.Pointer, error) {

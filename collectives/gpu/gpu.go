@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
@@ -56,8 +57,9 @@ type Backend struct {
 	prm    *params
 	closed bool
 
-	aborted atomic.Bool
-	cause   atomic.Pointer[error]
+	aborted    atomic.Bool
+	cause      atomic.Pointer[error]
+	abortDrain time.Duration // abortDrain; tests shorten it
 
 	// regs are the live registrations sorted by base (guarded by mu): Run
 	// looks a receive buffer up in it for the copy-engine path.
@@ -105,7 +107,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		tuneErr = fmt.Errorf("gpu backend: %w", tuneErr)
 	}
 	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, slotBytes: uint64(tune.slot),
-		tune: tune, forced: forced, prm: new(params)}
+		tune: tune, forced: forced, prm: new(params), abortDrain: abortDrain}
 	defer func() {
 		if err != nil {
 			be.release(context.WithoutCancel(ctx))
@@ -329,12 +331,41 @@ func (be *Backend) Close() error {
 	return be.release(context.Background())
 }
 
+// ErrStillRunning: Close found this rank's work still running after an
+// abort, past abortDrain; the workspace, kernels and context are left in
+// place (leaked) rather than freed under running work.
+var ErrStillRunning = errors.New("gpu backend: work still running after the abort")
+
+// abortDrain bounds Close's wait for this rank's work after an abort.
+// Kernels leave their waits within 1024 spins of the abort flag, but a
+// copy-engine stream wait (ce.go) may never be released if a peer died.
+const abortDrain = 5 * time.Second
+
+// drain waits for this rank's work: unbounded normally, at most timeout
+// after an abort (the blocked cgo call is then left behind).
+func (be *Backend) drain(timeout time.Duration) error {
+	if !be.aborted.Load() {
+		return be.drv.CtxSynchronize(be.ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- be.drv.CtxSynchronize(be.ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("%w after %s: its memory stays allocated", ErrStillRunning, timeout)
+	}
+}
+
 func (be *Backend) release(ctx context.Context) error {
 	var errs []error
-	if be.ctx != 0 && !be.aborted.Load() {
-		// Peers may still read our staging; our kernels must be done before
-		// the memory goes.
-		if err := be.drv.CtxSynchronize(be.ctx); err != nil {
+	if be.ctx != 0 {
+		// Peers may still read our staging and our kernels use it: they must
+		// be done before the memory goes.
+		if err := be.drain(be.abortDrain); err != nil {
+			if errors.Is(err, ErrStillRunning) {
+				return err
+			}
 			errs = append(errs, fmt.Errorf("gpu backend: synchronize: %w", err))
 		}
 	}
