@@ -68,7 +68,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	return t
 }
 
-// parseTuning applies spec (GOCCL_TUNE's syntax) to t.
+// parse applies spec (GOCCL_TUNE's syntax) to t.
 func (t *tuning) parse(spec string) error {
 	for _, kv := range strings.Split(spec, ",") {
 		kv = strings.TrimSpace(kv)
@@ -111,15 +111,16 @@ func (t *tuning) set(key, val string) error {
 	case "twoshot2":
 		t.th.TwoShotPair = v
 	default:
+		// Only the collectives that have the algorithm take its threshold.
 		kind, name, _ := strings.Cut(key, ".")
 		c, ok := collectiveNamed(name)
 		switch {
-		case !ok || (kind != "ce" && kind != "ll"):
-			return fmt.Errorf("unknown key: %w", collectives.ErrInvalidArgument)
-		case kind == "ll":
+		case ok && kind == "ll" && c == collectives.AllReduce:
 			t.th.LL[c] = v
-		default:
+		case ok && kind == "ce" && (c == collectives.Broadcast || c == collectives.AllGather):
 			t.th.CopyEngine[c] = v
+		default:
+			return fmt.Errorf("unknown key: %w", collectives.ErrInvalidArgument)
 		}
 	}
 	return nil

@@ -40,6 +40,8 @@ func TestTuningParse(t *testing.T) {
 		{"llblock=0", nil, "positive"},
 		{"ll.all_to_all=1M", nil, "unknown key"},
 		{"pipe.all_reduce=1M", nil, "unknown key"},
+		{"ce.all_reduce=1M", nil, "unknown key"},
+		{"ll.broadcast=1M", nil, "unknown key"},
 		{"speed=11", nil, "unknown key"},
 		{"twoshot=lots", nil, "invalid size"},
 	}
