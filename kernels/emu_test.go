@@ -20,7 +20,8 @@ import (
 // The CPU emulator (kernels/emu) compiles the real kernel sources with g++
 // and runs each block as a process of std::threads over shared memory, so
 // that kernel logic (indexing, barriers, LL flags, deadlocks, epochs
-// carried across launches, in and out of place) is tested without a GPU. See kernels/emu/emu_main.cc for what the scenarios cover.
+// carried across launches, in and out of place) is tested without a GPU.
+// See kernels/emu/emu_main.cc for what the scenarios cover.
 
 // emuSources are the translation units of the emulator: the kernel files
 // (compiled as C++ with the emulated CUDA builtins) and the emulator's own.
@@ -54,6 +55,7 @@ var emuScenarios = []struct {
 	{"mixed6", false},
 	{"mixed8", true},
 	{"skew4", true},
+	{"wide3", false},
 	{"abort", true},
 	{"selftest", true},
 }

@@ -207,6 +207,25 @@ Scenario skew(const char* name, int n, uint64_t seed) {
   return s;
 }
 
+// wide: every family once on the widest grid (kMaxBlocks blocks) at 3
+// ranks, with a count that gives every block the same share, so that the
+// last blocks' staging slots, LL lines and epochs are used too (and would
+// overlap another source's if a layout stride were short).
+Scenario wide(const char* name, uint64_t seed) {
+  Scenario s{name, 3, 512, {}, "", -1};
+  Rng rng{seed};
+  const uint64_t cnt = (uint64_t)goccl::kMaxBlocks * 24;
+  for (int fam = 0; fam < kNumFamilies; fam++) {
+    Launch l = family_reduces(fam) ? reduction(fam, kF32, kSum, cnt, 1, false) : copy(fam, 4, cnt, 1, false);
+    finish(l, s, rng);
+    l.grid = goccl::kMaxBlocks;
+    l.threads = 16;
+    l.delayRank = -1;
+    s.launches.push_back(l);
+  }
+  return s;
+}
+
 std::vector<Scenario> scenarios(uint64_t seed) {
   std::vector<Scenario> v;
   v.push_back(matrix("matrix1", 1, 1024, seed + 1));
@@ -218,6 +237,7 @@ std::vector<Scenario> scenarios(uint64_t seed) {
   v.push_back(mixed("mixed6", 6, 512, 24, seed + 10));
   v.push_back(mixed("mixed8", 8, 1024, 24, seed + 7));
   v.push_back(skew("skew4", 4, seed + 9));
+  v.push_back(wide("wide3", seed + 11));
   // abort: for each family, one checked launch, then one that rank 0 never
   // starts; it raises the abort flag instead, and every other rank's kernel
   // must return rather than hang.
