@@ -222,37 +222,39 @@ func (v *verifier) refFloat(ref, mag []float64, s segment, first int) {
 	}
 }
 
-// refSigned computes the exact reference with the type's wraparound.
-func (v *verifier) refSigned(ref []int64, s segment, first int) {
-	d, g := &v.g.dom, v.g
+// foldInts loads rank s.ranks[0]'s words into ref and, for a reducing
+// segment, folds the other ranks' in rank order with op (avg sums; the
+// caller divides). Integer arithmetic wraps mod 2^64; callers truncate to
+// the type's width.
+func foldInts[T int64 | uint64](ref []T, s segment, first int, op collectives.Op, word func(rank, idx int) T) {
 	src := s.src + first
-	r0 := s.ranks[0]
 	for i := range ref {
-		ref[i] = d.signed(g.word(r0, src+i))
+		ref[i] = word(s.ranks[0], src+i)
 	}
 	if !s.reduces {
 		return
 	}
 	for _, r := range s.ranks[1:] {
-		switch v.c.Op {
-		case collectives.Sum, collectives.Avg:
-			for i := range ref {
-				ref[i] += d.signed(g.word(r, src+i))
-			}
-		case collectives.Prod:
-			for i := range ref {
-				ref[i] *= d.signed(g.word(r, src+i))
-			}
-		case collectives.Min:
-			for i := range ref {
-				ref[i] = min(ref[i], d.signed(g.word(r, src+i)))
-			}
-		case collectives.Max:
-			for i := range ref {
-				ref[i] = max(ref[i], d.signed(g.word(r, src+i)))
+		for i := range ref {
+			x := word(r, src+i)
+			switch op {
+			case collectives.Sum, collectives.Avg:
+				ref[i] += x
+			case collectives.Prod:
+				ref[i] *= x
+			case collectives.Min:
+				ref[i] = min(ref[i], x)
+			case collectives.Max:
+				ref[i] = max(ref[i], x)
 			}
 		}
 	}
+}
+
+// refSigned computes the exact reference with the type's wraparound.
+func (v *verifier) refSigned(ref []int64, s segment, first int) {
+	d, g := &v.g.dom, v.g
+	foldInts(ref, s, first, v.c.Op, func(r, i int) int64 { return d.signed(g.word(r, i)) })
 	// Arithmetic mod 2^64 truncated to the width is the type's own
 	// wraparound; avg divides the wrapped sum, truncating toward zero.
 	switch v.c.Type {
@@ -265,7 +267,7 @@ func (v *verifier) refSigned(ref []int64, s segment, first int) {
 			ref[i] = int64(int32(ref[i]))
 		}
 	}
-	if v.c.Op == collectives.Avg {
+	if s.reduces && v.c.Op == collectives.Avg {
 		n := int64(len(s.ranks))
 		for i := range ref {
 			ref[i] /= n
@@ -275,34 +277,7 @@ func (v *verifier) refSigned(ref []int64, s segment, first int) {
 
 func (v *verifier) refUnsigned(ref []uint64, s segment, first int) {
 	d, g := &v.g.dom, v.g
-	src := s.src + first
-	r0 := s.ranks[0]
-	for i := range ref {
-		ref[i] = d.unsigned(g.word(r0, src+i))
-	}
-	if !s.reduces {
-		return
-	}
-	for _, r := range s.ranks[1:] {
-		switch v.c.Op {
-		case collectives.Sum, collectives.Avg:
-			for i := range ref {
-				ref[i] += d.unsigned(g.word(r, src+i))
-			}
-		case collectives.Prod:
-			for i := range ref {
-				ref[i] *= d.unsigned(g.word(r, src+i))
-			}
-		case collectives.Min:
-			for i := range ref {
-				ref[i] = min(ref[i], d.unsigned(g.word(r, src+i)))
-			}
-		case collectives.Max:
-			for i := range ref {
-				ref[i] = max(ref[i], d.unsigned(g.word(r, src+i)))
-			}
-		}
-	}
+	foldInts(ref, s, first, v.c.Op, func(r, i int) uint64 { return d.unsigned(g.word(r, i)) })
 	var mask uint64 = math.MaxUint64
 	switch v.c.Type {
 	case collectives.Uint8:
@@ -313,7 +288,7 @@ func (v *verifier) refUnsigned(ref []uint64, s segment, first int) {
 	for i := range ref {
 		ref[i] &= mask
 	}
-	if v.c.Op == collectives.Avg {
+	if s.reduces && v.c.Op == collectives.Avg {
 		n := uint64(len(s.ranks))
 		for i := range ref {
 			ref[i] /= n
