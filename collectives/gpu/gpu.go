@@ -101,7 +101,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
-	// A bad GOCCL_TUNE fails New on every rank together (agreed below).
+	// A bad GOCCL_TUNE fails New on every rank together (agreeTuning).
 	tune, tuneSpec, tuneErr := tuningFromEnv(nranks, cfg.MaxBlocks)
 	if tuneErr != nil {
 		tuneErr = fmt.Errorf("gpu backend: %w", tuneErr)
@@ -119,10 +119,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err = be.agreeInit(ctx, "device", be.openDevice(cfg.Device)); err != nil {
 		return nil, err
 	}
-	if err = be.agreeInit(ctx, "tuning", tuneErr); err != nil {
-		return nil, err
-	}
-	if err = agreeTuning(ctx, b, fmt.Sprintf("%s|%d|%+v", tuneSpec, cfg.MaxBlocks, tune)); err != nil {
+	if err = agreeTuning(ctx, b, fmt.Sprintf("%s|%d|%+v", tuneSpec, cfg.MaxBlocks, tune), tuneErr); err != nil {
 		return nil, err
 	}
 
@@ -226,18 +223,29 @@ func (be *Backend) agreeInit(ctx context.Context, step string, lerr error) error
 	return nil
 }
 
-// agreeTuning fails every rank when the launch shapes differ anywhere: a
-// rank launching another grid or staging layout than its peers would wait
-// forever.
-func agreeTuning(ctx context.Context, b transport.Bootstrap, mine string) error {
-	all, err := b.AllGather(ctx, []byte(mine))
-	if err != nil {
-		return fmt.Errorf("gpu backend: agree on tuning: %w", err)
+// agreeTuning is one exchange in which every rank sends its tuning, or its
+// GOCCL_TUNE error (lerr), and every rank fails when any rank's is bad or
+// differs: a rank launching another grid or staging layout than its peers
+// would wait forever.
+func agreeTuning(ctx context.Context, b transport.Bootstrap, mine string, lerr error) error {
+	msg := "T" + mine
+	if lerr != nil {
+		msg = "E" + lerr.Error()
+	}
+	all, err := b.AllGather(ctx, []byte(msg))
+	switch {
+	case err != nil:
+		return errors.Join(lerr, fmt.Errorf("gpu backend: agree on tuning: %w", err))
+	case lerr != nil:
+		return lerr
 	}
 	for r, t := range all {
-		if string(t) != mine {
+		if len(t) > 0 && t[0] == 'E' {
+			return &collectives.PeerError{Rank: r, Cause: fmt.Errorf("gpu backend tuning: %s", t[1:])}
+		}
+		if string(t) != msg {
 			return fmt.Errorf("gpu backend: rank %d has another %s or MaxBlocks (%q) than rank %d (%q): %w",
-				r, EnvTune, t, b.Rank(), mine, collectives.ErrInvalidArgument)
+				r, EnvTune, t[min(1, len(t)):], b.Rank(), mine, collectives.ErrInvalidArgument)
 		}
 	}
 	return nil

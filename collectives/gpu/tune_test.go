@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -115,7 +116,7 @@ func TestTuningMustAgree(t *testing.T) {
 		if r == 2 {
 			mine = "grid=8|0|other"
 		}
-		return agreeTuning(ctx, b, mine)
+		return agreeTuning(ctx, b, mine, nil)
 	})
 	for r, err := range errs {
 		require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
@@ -138,4 +139,21 @@ func TestBadTuningFailsNewOnEveryRank(t *testing.T) {
 		require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
 		assert.Contains(t, err.Error(), "slot 7", "rank %d", r)
 	}
+}
+
+// One rank's bad GOCCL_TUNE fails the others too, naming that rank.
+func TestTuningErrorReachesPeers(t *testing.T) {
+	bad := fmt.Errorf("%s: slot 7: %w", EnvTune, collectives.ErrInvalidArgument)
+	errs := transporttest.NewGroup(2).OnRanks(t, func(ctx context.Context, r int, b transport.Bootstrap) error {
+		var lerr error
+		if r == 1 {
+			lerr = bad
+		}
+		return agreeTuning(ctx, b, "|0|same", lerr)
+	})
+	require.ErrorIs(t, errs[1], bad)
+	var pe *collectives.PeerError
+	require.ErrorAs(t, errs[0], &pe)
+	assert.Equal(t, 1, pe.Rank)
+	assert.Contains(t, errs[0].Error(), "slot 7")
 }
