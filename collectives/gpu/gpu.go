@@ -41,7 +41,6 @@ type Backend struct {
 
 	mapper    transport.Mapper
 	workspace *transport.Region
-	slotBytes uint64
 	tune      tuning
 	forced    collectives.Algorithm
 
@@ -106,8 +105,8 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if tuneErr != nil {
 		tuneErr = fmt.Errorf("gpu backend: %w", tuneErr)
 	}
-	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, slotBytes: uint64(tune.slot),
-		tune: tune, forced: forced, prm: new(params), abortDrain: abortDrain}
+	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, tune: tune, forced: forced,
+		prm: new(params), abortDrain: abortDrain}
 	defer func() {
 		if err != nil {
 			be.release(context.WithoutCancel(ctx))
@@ -133,7 +132,8 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 
 	// Workspace: signal slots, then two staging halves of nranks*maxBlocks
 	// slots each and the LL kernel's lines, mapped by every peer.
-	llOffset := 2 * uint64(nranks) * maxBlocks * be.slotBytes
+	slot := uint64(tune.slot)
+	llOffset := 2 * uint64(nranks) * maxBlocks * slot
 	staging := llOffset + llBytes(nranks)
 	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging); err != nil {
 		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging, err)
@@ -152,7 +152,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		peerSig[r] = ws.Peers[r]
 		peerStage[r] = ws.Peers[r] + signalSize
 	}
-	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, be.slotBytes, llOffset)
+	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, slot, llOffset)
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers); err != nil {
 		return nil, err

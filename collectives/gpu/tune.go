@@ -132,6 +132,9 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: block sizes must be positive: %w", EnvTune, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
 		return fmt.Errorf("%s: slot %d: want a multiple of 16 up to 1M: %w", EnvTune, t.slot, collectives.ErrInvalidArgument)
+	case t.th.LL[collectives.AllReduce] > llMaxBytes:
+		return fmt.Errorf("%s: ll.all_reduce %d: the LL kernel holds at most %d bytes: %w",
+			EnvTune, t.th.LL[collectives.AllReduce], llMaxBytes, collectives.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ func TestTuningParse(t *testing.T) {
 		{"slot=2M", nil, "up to 1M"},
 		{"blockbytes=0", nil, "positive"},
 		{"llblock=0", nil, "positive"},
+		{"ll.all_reduce=1M", nil, "at most 524288 bytes"},
 		{"ll.all_to_all=1M", nil, "unknown key"},
 		{"pipe.all_reduce=1M", nil, "unknown key"},
 		{"ce.all_reduce=1M", nil, "unknown key"},
