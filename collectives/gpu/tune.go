@@ -113,7 +113,8 @@ func (t *tuning) set(key, val string) error {
 	default:
 		// Only the collectives that have the algorithm take its threshold.
 		kind, name, _ := strings.Cut(key, ".")
-		c, ok := collectiveNamed(name)
+		c, err := collectives.ParseCollective(name)
+		ok := err == nil
 		switch {
 		case ok && kind == "ll" && c == collectives.AllReduce:
 			t.th.LL[c] = v
@@ -137,15 +138,6 @@ func (t *tuning) check() error {
 			EnvTune, t.th.LL[collectives.AllReduce], llMaxBytes, collectives.ErrInvalidArgument)
 	}
 	return nil
-}
-
-func collectiveNamed(name string) (collectives.Collective, bool) {
-	for _, c := range collectives.AllCollectives() {
-		if c.String() == name {
-			return c, true
-		}
-	}
-	return 0, false
 }
 
 // tuningFromEnv is the communicator's tuning: defaults, Config.MaxBlocks,
