@@ -27,27 +27,31 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	if be.closed {
 		return collectives.ErrClosed
 	}
+	// Broadcast and AllGather into registered buffers may take the copy
+	// engines; the lookup is the same on every rank.
+	var reg *registration
 	if be.ce.ok && (a.Coll == collectives.Broadcast || a.Coll == collectives.AllGather) {
-		if reg := be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))); reg != nil &&
-			be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, true) == collectives.CopyEngine {
-			// Captured into a graph, a host-side sequence number would be
-			// replayed frozen: kernels keep their epochs on the device.
-			capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
-			if err != nil {
-				// The peers may already wait for this call on the
-				// copy-engine path: stop them too.
-				be.Abort(fmt.Errorf("gpu backend: %s: stream capture status: %w", a.Coll, err))
-				return be.abortErr()
-			}
-			if !capturing {
-				return be.runCE(a, reg, uint64(bytes))
-			}
+		reg = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
+	}
+	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, reg != nil)
+	if algo == collectives.CopyEngine {
+		// Captured into a graph, a host-side sequence number would be
+		// replayed frozen: kernels keep their epochs on the device.
+		capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
+		if err != nil {
+			// The peers may already wait for this call on the
+			// copy-engine path: stop them too.
+			be.Abort(fmt.Errorf("gpu backend: %s: stream capture status: %w", a.Coll, err))
+			return be.abortErr()
 		}
+		if !capturing {
+			return be.runCE(a, reg, uint64(bytes))
+		}
+		algo = be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, false)
 	}
 	if fn := be.pickNVLS(a, bytes); fn != 0 {
 		return be.runNVLS(a, fn, uint64(bytes))
 	}
-	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, false)
 	if algo == collectives.LL && bytes > llMaxBytes {
 		algo = collectives.OneShot // more than the LL kernel's lines hold
 	}
