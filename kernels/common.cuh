@@ -26,6 +26,23 @@ constexpr int kThreads = 512;
 // Signal area: incoming slots [kMaxBlocks][kMaxRanks] u32, then the
 // per-block epoch counters [kMaxBlocks] u32.
 constexpr u64 kEpochOffset = (u64)kMaxBlocks * kMaxRanks * 4;
+// The copy-engine flag area (collectives/gpu/ce.go) at kCEFlagOffset of the
+// signal area, in bytes from there: ready[kMaxRanks] @0 and done @128 (stream
+// memory operations only), then the copy-engine reduction's flags: data[src]
+// @256 (written by src's copy stream after each chunk it copied here; only
+// streams wait on it), landed @384 (written by this rank's own stream once
+// every source's chunk is here: the kernel polls this one),
+// reduced[kCESlots] @512 (a chunk of this rank's output is final) and
+// free[src][kCESlots] @1024 (src's kernel is done with our chunk in its
+// staging). Counters used only by the kernel follow the flag area.
+constexpr u64 kCEFlagOffset = 32 << 10;
+constexpr u64 kCEDataOff = 256;
+constexpr u64 kCELandedOff = 384;
+constexpr u64 kCEReducedOff = 512;
+constexpr u64 kCEFreeOff = 1024;
+constexpr u64 kCEFlagBytes = 4096;
+constexpr u32 kCESlots = 64;  // flag slots per source, used cyclically by chunk index
+constexpr u64 kCECountOffset = kCEFlagOffset + kCEFlagBytes;  // [kCESlots] u32
 
 // Params is the single kernel parameter, passed by value. Keep it in sync
 // with collectives/gpu/params.go (offsets are checked by its tests).
@@ -44,9 +61,12 @@ struct Params {
   i32 root;              // 248
   u32 flags;             // 252
   u32 elemSize;          // 256: bytes per element for the copy kernels
-  u32 pad;               // 260
+  u32 ceChunks;          // 260: chunks of a copy-engine reduction, the same on every rank (cereduce.cu)
   u64 llOffset;          // 264: the low-latency lines' offset in each staging (ll.cu)
-};                       // 272 bytes
+  u64 ceChunk;           // 272: elements per chunk (cereduce.cu)
+  u32 ceSeq;             // 280: chunk 0's flag value (cereduce.cu)
+  u32 ceDepth;           // 284: staging chunk slots per source (cereduce.cu)
+};                       // 288 bytes
 
 constexpr u32 kFlagZeroCopy = 1;  // peerBuf holds every rank's send buffer
 

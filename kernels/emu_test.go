@@ -20,8 +20,10 @@ import (
 // The CPU emulator (kernels/emu) compiles the real kernel sources with g++
 // and runs each block as a process of std::threads over shared memory, so
 // that kernel logic (indexing, barriers, LL flags, deadlocks, epochs
-// carried across launches, in and out of place) is tested without a GPU.
-// See kernels/emu/emu_main.cc for what the scenarios cover.
+// carried across launches, in and out of place) is tested without a GPU;
+// the copy-engine reductions run with a model of their copy streams
+// (kernels/emu/emu_ce.cc, emu_ce_streams.cc). See kernels/emu/emu_main.cc for what the
+// scenarios cover.
 
 // emuSources are the translation units of the emulator: the kernel files
 // (compiled as C++ with the emulated CUDA builtins) and the emulator's own.
@@ -33,7 +35,10 @@ var emuSources = []struct {
 	{"reduce.cu", true},
 	{"bcast_gather.cu", true},
 	{"ll.cu", true},
+	{"cereduce.cu", true},
 	{"emu/emu_main.cc", false},
+	{"emu/emu_ce.cc", false},
+	{"emu/emu_ce_streams.cc", false},
 	{"emu/emu_runtime.cc", false},
 	{"emu/emu_check.cc", false},
 	{"emu/emu_kernels.cc", false},
@@ -57,6 +62,10 @@ var emuScenarios = []struct {
 	{"skew4", true},
 	{"wide3", false},
 	{"abort", true},
+	{"ce2", false},
+	{"ce3", true},
+	{"ce4", true},
+	{"ceabort", true},
 	{"selftest", true},
 }
 
@@ -107,6 +116,21 @@ func TestKernelsOnCPU(t *testing.T) {
 			name: "hang is reported",
 			args: []string{"-run", "matrix2", "-limit", "3", "-inject", "hang", "-timeout", "2"},
 			want: []string{"EMU-TIMEOUT matrix2 launch 1 (allreduce_oneshot", "rank 1 block 0", "state of every rank", "FAIL matrix2"},
+		},
+		{
+			// Rank 0's copy stream reuses rank 1's staging slots without
+			// waiting for rank 1's kernel (a slow reader) to free them.
+			name: "staging reused before it is freed is reported",
+			args: []string{"-run", "ce2", "-limit", "1", "-inject", "nofreewait"},
+			want: []string{"FAIL ce2 call 0: ce_allreduce f32 sum", "rank=1: result: first wrong index", "FAIL ce2: 1 calls"},
+		},
+		{
+			// Rank 0's land stream says every chunk landed without waiting
+			// for the peers' data flags, while rank 1 sends late: rank 0's
+			// kernel reduces chunks that have not arrived.
+			name: "chunks reduced before they land are reported",
+			args: []string{"-run", "ce2", "-limit", "1", "-inject", "nolandwait"},
+			want: []string{"FAIL ce2 call 0: ce_allreduce f32 sum", "rank=0: result: first wrong index", "FAIL ce2: 1 calls"},
 		},
 	}
 	for _, c := range negative {

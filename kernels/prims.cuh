@@ -66,6 +66,13 @@ __device__ __forceinline__ u32 ld_volatile_sys(const u32* p) {
   asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// atom_add_acq_rel_gpu returns the old value: blocks of one launch count
+// their arrivals with it (release of the block's writes, acquire of theirs).
+__device__ __forceinline__ u32 atom_add_acq_rel_gpu(u32* p, u32 v) {
+  u32 old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
 
 __device__ __forceinline__ float f16_to_f32(u16 r) {
   float f;

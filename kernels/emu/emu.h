@@ -1,11 +1,14 @@
 // emu.h: declarations shared by the CPU emulator's files (emu_runtime.cc,
-// emu_check.cc, emu_main.cc). The emulator compiles goccl's real kernel
-// sources with g++ -DGOCCL_EMU and runs them on the CPU; see emu_main.cc.
+// emu_check.cc, emu_main.cc, emu_ce.cc, emu_ce_streams.cc). The emulator compiles goccl's real
+// kernel sources with g++ -DGOCCL_EMU and runs them on the CPU; see
+// emu_main.cc.
 #pragma once
 
 #include "cuda_emu.h"
 // cuda_emu.h must come first: common.cuh includes prims_emu.h inside namespace goccl.
 #include "common.cuh"
+
+#include <sys/types.h>
 
 #include <string>
 #include <vector>
@@ -19,13 +22,33 @@ enum { kExitOK = 0, kExitCheck = 1, kExitTimeout = 10, kExitCrash = 11, kExitMis
 // forked process per block, and waits for all of them. It returns kExitOK or
 // the first block's failure code (the block has printed why, naming label).
 int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label);
+// emu_wait_drivers reaps the rank driver processes in drivers (zeroing
+// each entry as it ends) and reports whether every one exited kExitOK; when
+// one hung or crashed it kills the others, which cannot finish without it,
+// and sets *fatal.
+bool emu_wait_drivers(std::vector<pid_t>& drivers, bool* fatal);
 // emu_name_region names memory for fault messages (before any fork).
 void emu_name_region(const char* name, const void* base, uint64_t size);
 void emu_clear_regions();
 // emu_set_jitter turns the random yields that perturb interleavings on or off.
 void emu_set_jitter(bool on);
-// emu_set_slow makes the next launches' loads slow (0: full speed).
-void emu_set_slow(int us);
+// emu_set_slow makes the next launches' loads slow (0: full speed), those
+// of every block or of one block only, which then also starts lateUs late.
+void emu_set_slow(int us, int block = -1, int lateUs = 0);
+// emu_now is a monotonic clock in seconds.
+double emu_now();
+
+// EmuOptions are the command line's settings every scenario runs with.
+struct EmuOptions {
+  int timeout = 30;    // seconds a block (or a copy stream's wait) may take
+  uint64_t seed = 1;   // of the scenarios' random choices
+  std::string inject;  // a fault on purpose: corrupt, hang, nofreewait, nolandwait
+  long limit = -1;     // launches (calls) per scenario; -1: all
+};
+
+// The copy-engine reductions' scenarios (emu_ce.cc), by group name.
+std::vector<std::string> ce_groups();
+bool ce_run_group(const std::string& group, const EmuOptions& o);
 
 // ---- collectives, data types and operators ----
 
@@ -46,6 +69,8 @@ constexpr uint64_t kEmuLLSlot = 8 << 10, kEmuLLMaxBlocks = 128, kEmuLLEpochOffse
 
 // kernel_for returns the kernel of a family (dt and op only for reductions).
 KernelFn kernel_for(int family, int dt, int op);
+// ce_kernel_for returns goccl_cereduce_<dt>_<op>.
+KernelFn ce_kernel_for(int dt, int op);
 
 // ---- inputs and references (emu_check.cc) ----
 

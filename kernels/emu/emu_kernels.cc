@@ -23,6 +23,7 @@ EMU_DECL_ALL(goccl_allreduce_twoshot_)
 EMU_DECL_ALL(goccl_allreduce_ll_)
 EMU_DECL_ALL(goccl_reduce_oneshot_)
 EMU_DECL_ALL(goccl_reducescatter_oneshot_)
+EMU_DECL_ALL(goccl_cereduce_)
 extern "C" void goccl_broadcast_oneshot(goccl::Params);
 extern "C" void goccl_allgather_oneshot(goccl::Params);
 
@@ -33,7 +34,10 @@ const KernelFn kReduceTables[kRS1 + 1][kNumOps][kNumDts] = {
     EMU_TABLE(goccl_allreduce_ll_),      EMU_TABLE(goccl_reduce_oneshot_),
     EMU_TABLE(goccl_reducescatter_oneshot_),
 };
+const KernelFn kCETable[kNumOps][kNumDts] = EMU_TABLE(goccl_cereduce_);
 }  // namespace
+
+KernelFn ce_kernel_for(int dt, int op) { return kCETable[op][dt]; }
 
 KernelFn kernel_for(int family, int dt, int op) {
   switch (family) {

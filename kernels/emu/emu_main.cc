@@ -17,13 +17,32 @@
 // outside its buffers was written (canaries), and buffers end at an
 // inaccessible page.
 //
+// The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
+// push, land and spread streams that emu_ce_streams.cc models after
+// collectives/gpu/cereduce.go) have scenarios of their own: ce2, ce3, ce4
+// (every type and op, AllReduce and ReduceScatter, chunks of 16 to 64
+// bytes, depths 2 to 4 and 64, calls of more than 64 chunks, AllReduce pieces of
+// different lengths and 0, in and out of place, slow readers, a slow
+// block, lazy senders; flag values start at 1, near 2^32 and near 2^31,
+// and carry over from call to call; every flag is checked after each call)
+// and ceabort (a rank that never sends; every kernel blocks, and the abort
+// flag must end them all).
+//
 // Build (kernels/emu_test.go does this in TestKernelsOnCPU), from kernels/:
-//   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu ll.cu emu/*.cc; do
+//   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu ll.cu cereduce.cu emu/*.cc; do
 //     g++ -std=c++17 -O0 -DGOCCL_EMU -pthread -I. -include emu/cuda_emu.h -x c++ -c $f -o /tmp/emu/${f#*/}.o
 //   done && g++ -pthread -o /tmp/emu/emu /tmp/emu/*.o
 //
 //   emu -list                     scenario names, one a line
-//   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject corrupt|hang]
+//   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject corrupt|hang|nofreewait|nolandwait]
+//
+// -inject breaks one thing on purpose: corrupt flips a bit of a result,
+// hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
+// reuse staging slots without waiting for the reader to free them (ce
+// scenarios; call 0 has a slow reader, so its results come out wrong),
+// nolandwait makes rank 0's land stream say every chunk landed without
+// waiting for the peers' data flags (call 0 has a lazy sender at rank 1,
+// so rank 0 reduces chunks that have not arrived).
 //
 // Output: "PASS name: ..." per scenario, "FAIL ..." lines naming the launch,
 // family, type, op, count, nranks, grid, rank and first wrong index, and
@@ -36,7 +55,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "emu.h"
@@ -73,12 +91,7 @@ struct Scenario {
   long abortAt = -1;  // launch that rank 0 skips, raising the abort flag instead
 };
 
-struct Options {
-  int timeout = 30;
-  uint64_t seed = 1;
-  std::string inject;
-  long limit = -1;
-};
+using Options = EmuOptions;
 
 uint64_t round_up(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
 size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
@@ -595,17 +608,11 @@ void dump(const Comm& c) {
   }
 }
 
-double now() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 bool run_scenario(const Scenario& s, const Options& o) {
   Comm c;
   if (!comm_create(c, s)) return false;
   const size_t nl = o.limit >= 0 && (size_t)o.limit < s.launches.size() ? (size_t)o.limit : s.launches.size();
-  const double t0 = now();
+  const double t0 = emu_now();
   fflush(stdout);
   std::vector<pid_t> drivers;
   for (int r = 0; r < s.nranks; r++) {
@@ -624,30 +631,11 @@ bool run_scenario(const Scenario& s, const Options& o) {
     }
     drivers.push_back(pid);
   }
-  bool ok = true, fatal = false;
-  size_t left = drivers.size();
-  while (left > 0) {
-    int st = 0;
-    const pid_t pid = wait(&st);
-    if (pid < 0) break;
-    bool ours = false;
-    for (pid_t& d : drivers)
-      if (d == pid) d = 0, ours = true;
-    if (!ours) continue;
-    left--;
-    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : kExitCrash;
-    if (code != kExitOK) ok = false;
-    if (code >= kExitTimeout && !fatal) {
-      fatal = true;
-      // The others cannot finish without this rank: stop them, then show why.
-      usleep(200 * 1000);
-      for (pid_t d : drivers)
-        if (d > 0) kill(d, SIGKILL);
-    }
-  }
+  bool fatal = false;
+  const bool ok = emu_wait_drivers(drivers, &fatal);
   if (fatal) dump(c);
   printf("%s %s: %zu launches on %d ranks in %.1f s\n", ok ? "PASS" : "FAIL", s.name.c_str(), nl, s.nranks,
-         now() - t0);
+         emu_now() - t0);
   fflush(stdout);
   munmap(c.base, c.size);
   return ok;
@@ -687,8 +675,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (o.inject != "" && o.inject != "corrupt" && o.inject != "hang") {
-    fprintf(stderr, "emu: -inject takes corrupt or hang, not %s\n", o.inject.c_str());
+  if (o.inject != "" && o.inject != "corrupt" && o.inject != "hang" && o.inject != "nofreewait" &&
+      o.inject != "nolandwait") {
+    fprintf(stderr, "emu: -inject takes corrupt, hang, nofreewait or nolandwait, not %s\n", o.inject.c_str());
     return 2;
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -706,6 +695,15 @@ int main(int argc, char** argv) {
     if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
     ran++;
     ok = run_scenario(s, o) && ok;
+  }
+  for (const std::string& group : ce_groups()) {
+    if (list) {
+      printf("%s\n", group.c_str());
+      continue;
+    }
+    if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
+    ran++;
+    ok = ce_run_group(group, o) && ok;
   }
   if (list) printf("selftest\n");
   if (!list && (run.empty() || run.find(",selftest,") != std::string::npos)) {

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -28,6 +30,8 @@ char g_label[512];  // "launch ... rank R block B", preformatted for signal hand
 thread_local unsigned g_rng = 0;
 thread_local const void* g_last_poll = nullptr;
 bool g_jitter = true;
+int g_slow_block = -1;  // the one block that is slow (-1: every block)
+int g_slow_late_us = 0;  // and starts this late
 std::atomic<int> g_reported{0};  // the first faulting thread reports; the others wait for _exit
 
 struct Region {
@@ -122,6 +126,8 @@ unsigned next_rand() {
                             int timeout_s) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   blockIdx = {(unsigned)block, 0, 0};
+  if (g_slow_block >= 0 && block != g_slow_block) emu_slow_us = 0;
+  if (g_slow_block == block && emu_slow_us) usleep((useconds_t)g_slow_late_us);  // (its SM was busy)
   gridDim = {(unsigned)grid, 1, 1};
   blockDim = {(unsigned)threads, 1, 1};
   struct sigaction sa;
@@ -183,12 +189,24 @@ void emu_set_jitter(bool on) { g_jitter = on; }
 
 // emu_slow: a slow reader sleeps before one load in two, so that its
 // peers finish a launch and start writing the next one while it still
-// reads this one's data (a GPU that is busy or throttled).
+// reads this one's data (a GPU that is busy or throttled). A single slow
+// block (its SM busy with other work) sleeps before every load, so that
+// the other blocks of its launch run well ahead of it.
 void emu_slow() {
-  if ((next_rand() & 1) == 0) usleep((useconds_t)emu_slow_us);
+  if (g_slow_block >= 0 || (next_rand() & 1) == 0) usleep((useconds_t)emu_slow_us);
 }
 
-void emu_set_slow(int us) { emu_slow_us = us; }
+void emu_set_slow(int us, int block, int lateUs) {
+  emu_slow_us = us;
+  g_slow_block = block;
+  g_slow_late_us = lateUs;
+}
+
+double emu_now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 void emu_name_region(const char* name, const void* base, uint64_t size) {
   if (g_nregions == (int)(sizeof g_regions / sizeof g_regions[0])) return;
@@ -226,4 +244,27 @@ int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int t
     if (code != 0 && worst == 0) worst = code;
   }
   return worst;
+}
+
+bool emu_wait_drivers(std::vector<pid_t>& drivers, bool* fatal) {
+  bool ok = true;
+  *fatal = false;
+  for (size_t left = drivers.size(); left > 0;) {
+    int st = 0;
+    const pid_t pid = wait(&st);
+    if (pid < 0) break;
+    auto it = std::find(drivers.begin(), drivers.end(), pid);
+    if (it == drivers.end()) continue;
+    *it = 0;
+    left--;
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : kExitCrash;
+    if (code != kExitOK) ok = false;
+    if (code >= kExitTimeout && !*fatal) {
+      *fatal = true;  // the others cannot finish without this rank
+      usleep(200 * 1000);
+      for (pid_t d : drivers)
+        if (d > 0) kill(d, SIGKILL);
+    }
+  }
+  return ok;
 }

@@ -114,6 +114,12 @@ __forceinline__ u32 ld_volatile_sys(const u32* p) {
   emu_check_align<4>(p);
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
+__forceinline__ u32 atom_add_acq_rel_gpu(u32* p, u32 v) {
+  emu_check_align<4>(p);
+  emu_load_hook();  // (a slow block is late to count itself too)
+  ::emu_jitter();
+  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+}
 
 // ---- 16-bit floats (IEEE binary16 and bfloat16), round to nearest even ----
 
