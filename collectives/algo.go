@@ -13,8 +13,9 @@ const (
 	OneShot Algorithm = "oneshot"
 	// TwoShot: reduce-scatter then all-gather, chunked through staging.
 	TwoShot Algorithm = "twoshot"
-	// CopyEngine: cuMemcpyAsync on peer addresses (Broadcast, AllGather
-	// into registered receive buffers), no kernel.
+	// CopyEngine: cuMemcpyAsync on peer addresses moves the data (Broadcast,
+	// AllGather into registered receive buffers: no kernel; AllReduce into
+	// registered buffers and ReduceScatter: a kernel reduces what lands).
 	CopyEngine Algorithm = "ce"
 	// LL: the low-latency AllReduce for small messages: data and flag
 	// travel together in each 16-byte line, so there is no barrier.
@@ -53,13 +54,17 @@ type Thresholds struct {
 	// LL: AllReduce up to here (inclusive) uses the low-latency kernel;
 	// backends cap it at what their kernel holds.
 	LL [NumCollectives]int64
-	// CopyEngine: Broadcast and AllGather into registered buffers from here
-	// use the copy engines; below it the stream memory operations that
-	// order them cost more than a kernel's whole run.
+	// CopyEngine: from here the copy engines carry the call where they can
+	// (Choose's ce): Broadcast and AllGather copy straight into the peers'
+	// registered buffers; AllReduce and ReduceScatter copy each rank's
+	// pieces into their owners' staging, a kernel reduces them as they
+	// land, and AllReduce copies the reduced pieces into the peers'
+	// registered buffers. Below it the stream memory operations that order
+	// the copies cost more than a kernel's whole run.
 	CopyEngine [NumCollectives]int64
 }
 
-// never is a threshold no size reaches.
+// never is a threshold no size reaches (the path is taken only when forced).
 const never = int64(1) << 62
 
 // DefaultThresholds: see Thresholds.
@@ -67,16 +72,22 @@ var DefaultThresholds = Thresholds{
 	TwoShot:     256 << 10,
 	TwoShotPair: 16 << 20,
 	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
-	CopyEngine:  [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
+	// The copy-engine reductions are off by default: on 2x H200 they move
+	// 282-310 GB/s (AllReduce) and 254-285 (ReduceScatter) at 1 GiB against
+	// the kernels' 359 and 313 (docs/perf.md), so they pay only where the
+	// SMs they leave free matter more (GOCCL_ALGO=ce or GOCCL_TUNE).
+	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
 }
 
 // Choose picks the algorithm for one call from the collective, the bytes of
-// each rank's Count, the rank count, and whether the receive buffer is
-// registered (computed alike on every rank); forced (GOCCL_ALGO, "" for
-// none) wins where the collective has that algorithm, and otherwise the
-// choice is by size. It is pure, so every rank makes the same choice.
-//   - Broadcast and AllGather into registered buffers: the copy engines
-//     from CopyEngine[c] (or at any size when forced to).
+// each rank's Count, the rank count, and whether the copy-engine path can
+// serve the call (ce: the backend has it and, where the path writes the
+// peers' receive buffers, the buffer is registered; computed alike on every
+// rank); forced (GOCCL_ALGO, "" for none) wins where the collective has
+// that algorithm, and otherwise the choice is by size. It is pure, so every
+// rank makes the same choice.
+//   - Copy engines where ce allows, from CopyEngine[c] (or at any size when
+//     forced to); the reductions need two ranks or more.
 //   - AllReduce: low-latency up to LL (and, at more than two ranks, below
 //     TwoShot); two-shot from TwoShot at more than two ranks and from
 //     TwoShotPair at two; one-shot otherwise (and always at one rank).
@@ -84,12 +95,12 @@ var DefaultThresholds = Thresholds{
 //
 // NVLS is not chosen here: the GPU backend takes it before asking, where
 // its team exists; a forced NVLS that did not apply chooses by size.
-func (th *Thresholds) Choose(c Collective, bytes int64, nranks int, forced Algorithm, registered bool) Algorithm {
+func (th *Thresholds) Choose(c Collective, bytes int64, nranks int, forced Algorithm, ce bool) Algorithm {
 	if !c.Valid() {
 		return OneShot
 	}
 	switch {
-	case registered && th.CopyEngine[c] < never &&
+	case ce && c != Reduce && (nranks > 1 || !c.Reduces()) &&
 		(forced == CopyEngine || (forced == "" && bytes >= th.CopyEngine[c])):
 		return CopyEngine
 	case forced == OneShot, forced == TwoShot && c == AllReduce, forced == LL && c == AllReduce:

@@ -30,7 +30,7 @@ func TestChoose(t *testing.T) {
 		{"allreduce forced oneshot small", AllReduce, 8, 2, OneShot, OneShot},
 		{"allreduce forced twoshot at 2 ranks", AllReduce, 8, 2, TwoShot, TwoShot},
 		{"allreduce forced oneshot at 8 ranks", AllReduce, 1 << 30, 8, OneShot, OneShot},
-		{"allreduce forced ce has no ce kernel", AllReduce, 1 << 30, 8, CopyEngine, TwoShot},
+		{"allreduce forced ce without the path", AllReduce, 1 << 30, 8, CopyEngine, TwoShot},
 		{"broadcast forced ll has none", Broadcast, 8, 2, LL, OneShot},
 		{"reducescatter small has no ll", ReduceScatter, 8, 2, "", OneShot},
 		{"reducescatter forced twoshot falls back", ReduceScatter, 1 << 30, 8, TwoShot, OneShot},
@@ -49,7 +49,7 @@ func TestChoose(t *testing.T) {
 }
 
 func TestChooseCopyEngine(t *testing.T) {
-	th := Thresholds{CopyEngine: [NumCollectives]int64{Broadcast: 1 << 20, AllGather: 1 << 20, AllReduce: never, Reduce: never, ReduceScatter: never}}
+	th := Thresholds{TwoShot: 256 << 10, CopyEngine: [NumCollectives]int64{Broadcast: 1 << 20, AllGather: 1 << 20, AllReduce: 4 << 20, Reduce: never, ReduceScatter: 2 << 20}}
 	mi := th.CopyEngine[Broadcast]
 	cases := []struct {
 		name       string
@@ -68,20 +68,25 @@ func TestChooseCopyEngine(t *testing.T) {
 		{"allgather registered small forced ce", AllGather, 8, CopyEngine, true, CopyEngine},
 		{"broadcast registered large forced oneshot", Broadcast, 1 << 30, OneShot, true, OneShot},
 		{"broadcast registered large forced twoshot keeps kernels", Broadcast, 1 << 30, TwoShot, true, OneShot},
-		{"allreduce registered large has no ce", AllReduce, 1 << 30, "", true, TwoShot},
-		{"allreduce registered forced ce at 8 ranks", AllReduce, 1 << 30, CopyEngine, true, TwoShot},
-		{"reducescatter registered large", ReduceScatter, 1 << 30, "", true, OneShot},
-		{"reduce registered forced ce", Reduce, 1 << 30, CopyEngine, true, OneShot},
+		{"allreduce registered at threshold", AllReduce, 4 << 20, "", true, CopyEngine},
+		{"allreduce registered below threshold", AllReduce, 4<<20 - 1, "", true, TwoShot},
+		{"allreduce unregistered large", AllReduce, 1 << 30, "", false, TwoShot},
+		{"allreduce registered small forced ce", AllReduce, 8, CopyEngine, true, CopyEngine},
+		{"allreduce registered large forced twoshot", AllReduce, 1 << 30, TwoShot, true, TwoShot},
+		{"reducescatter at threshold", ReduceScatter, 2 << 20, "", true, CopyEngine},
+		{"reducescatter below threshold", ReduceScatter, 2<<20 - 1, "", true, OneShot},
+		{"reducescatter path off", ReduceScatter, 1 << 30, "", false, OneShot},
+		{"reduce registered forced ce has none", Reduce, 1 << 30, CopyEngine, true, OneShot},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nranks := 2
-			if tc.c == AllReduce {
-				nranks = 8
-			}
-			assert.Equal(t, tc.want, th.Choose(tc.c, tc.bytes, nranks, tc.forced, tc.registered))
+			assert.Equal(t, tc.want, th.Choose(tc.c, tc.bytes, 8, tc.forced, tc.registered))
 		})
 	}
+	// One rank has nothing to reduce across: the kernels take it.
+	assert.Equal(t, OneShot, th.Choose(AllReduce, 1<<30, 1, CopyEngine, true))
+	assert.Equal(t, OneShot, th.Choose(ReduceScatter, 1<<30, 1, "", true))
+	assert.Equal(t, CopyEngine, th.Choose(AllGather, 1<<30, 1, "", true))
 }
 
 func TestParseAlgorithm(t *testing.T) {
@@ -107,8 +112,15 @@ func TestDefaultThresholds(t *testing.T) {
 		{AllGather, 32<<20 - 1, OneShot},
 		{AllGather, 32 << 20, CopyEngine},
 		{AllReduce, 512 << 10, LL},
+		{AllReduce, 1 << 30, TwoShot},
+		{ReduceScatter, 1 << 30, OneShot},
 	}
 	for _, tc := range cases {
 		assert.Equal(t, tc.want, DefaultThresholds.Choose(tc.c, tc.bytes, 2, "", true), "%s %d", tc.c, tc.bytes)
+	}
+	// The copy-engine reductions are never chosen by size, but forcing
+	// them works.
+	for _, c := range []Collective{AllReduce, ReduceScatter} {
+		assert.Equal(t, CopyEngine, DefaultThresholds.Choose(c, 8, 2, CopyEngine, true), "%s forced", c)
 	}
 }

@@ -104,7 +104,7 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 			assert.Equal(t, cuda.Dim3{X: 512, Y: 1, Z: 1}, l.cfg.Block)
 			assert.Equal(t, cuda.Stream(tc.args.Stream), l.cfg.Stream)
 			p := l.params
-			require.Len(t, p, 272)
+			require.Len(t, p, 288)
 			assert.Equal(t, uint64(tc.args.Send), u64at(p, 0))
 			assert.Equal(t, uint64(tc.args.Recv), u64at(p, 8))
 			assert.Equal(t, tc.count, u64at(p, 16))
@@ -134,8 +134,8 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 
 func TestEveryKernelLookedUpOnce(t *testing.T) {
 	_, drvs, _ := newFakeBackends(t, 1, Config{})
-	// 5 reducing families x 10 types x 5 ops + 2 copy kernels.
-	assert.Len(t, drvs[0].names, 5*10*5+2)
+	// 6 reducing families x 10 types x 5 ops + 2 copy kernels.
+	assert.Len(t, drvs[0].names, 6*10*5+2)
 	seen := map[string]bool{}
 	for _, n := range drvs[0].names {
 		assert.False(t, seen[n], "looked up twice: %s", n)

@@ -46,20 +46,35 @@ import (
 // copy-engine calls and, best effort, releases this rank's pending waits by
 // overwriting its own flags far past seq on a stream of its own; a peer
 // that keeps writing older values can still hold a wait.
+//
+// The copy-engine reductions (cereduce.go) add their flags to the same
+// area, with the layout of kernels/common.cuh (kCEFlagOffset).
 const (
-	ceFlagOff   = 32 << 10 // the flag area in the signal area; kernels use < 5 KiB
-	ceReadyOff  = 0        // in the flag area: ready[maxRanks] u32
-	ceDoneOff   = 128      // done[maxRanks] u32, on a line of its own
-	ceFlagBytes = 256      // the flag area, which Abort overwrites
-	ceRescue    = 1 << 30  // Abort writes issued+ceRescue
-	allPeers    = -1       // ceSignal/ceWait: every peer
+	ceFlagOff    = 32 << 10 // the flag area in the signal area; kernels use < 5 KiB
+	ceReadyOff   = 0        // in the flag area: ready[maxRanks] u32
+	ceDoneOff    = 128      // done[maxRanks] u32, on a line of its own
+	ceDataOff    = 256      // data[maxRanks] u32 (cereduce.go)
+	ceLandedOff  = 384      // landed u32
+	ceReducedOff = 512      // reduced[ceSlots] u32
+	ceFreeOff    = 1024     // free[maxRanks][ceSlots] u32
+	ceSlots      = 64       // kCESlots
+	ceFlagBytes  = 4096     // the flag area, which Abort overwrites (but landed)
+	ceCountBytes = 4 * ceSlots
+	ceRescue     = 1 << 30 // Abort writes issued+ceRescue
+	allPeers     = -1      // ceSignal/ceWait: every peer
 )
 
 // The flags sit past the kernels' slots and epochs and inside the signal
-// area (a negative array length fails the build).
+// area, and the areas inside the flag area do not overlap (a negative
+// array length fails the build).
 var (
 	_ [ceFlagOff - epochOff - 4*maxBlocks]struct{}
-	_ [signalSize - ceFlagOff - ceFlagBytes]struct{}
+	_ [signalSize - ceFlagOff - ceFlagBytes - ceCountBytes]struct{}
+	_ [ceDataOff - ceDoneOff - 4*maxRanks]struct{}
+	_ [ceLandedOff - ceDataOff - 4*maxRanks]struct{}
+	_ [ceReducedOff - ceLandedOff - 4]struct{}
+	_ [ceFreeOff - ceReducedOff - 4*ceSlots]struct{}
+	_ [ceFlagBytes - ceFreeOff - 4*maxRanks*ceSlots]struct{}
 )
 
 // copyEngine is the backend's copy-engine state.
@@ -67,27 +82,47 @@ type copyEngine struct {
 	ok    bool // every rank can run stream memory ops (agreed at New)
 	local uintptr
 	peers [maxRanks]uintptr // every rank's flag area, as mapped here
+	// staging is every rank's staging as mapped here, of which a reduction
+	// uses the first stageBytes (the kernels' slots; not the LL lines,
+	// whose stale flags must stay the LL kernel's own).
+	staging    [maxRanks]uintptr
+	stageBytes uint64
 
 	seq    uint32        // calls issued; guarded by Backend.mu
 	issued atomic.Uint32 // seq, for Abort
 
-	mu         sync.Mutex // the handles below against Abort and release
-	side       cuda.Stream
-	rescue     cuda.Stream
-	fork, join cuda.Event
+	mu     sync.Mutex  // the handles below against Abort and release
+	side   cuda.Stream // the local copy of Broadcast and AllGather
+	rescue cuda.Stream
+	fork   cuda.Event
+	join   cuda.Event // side done
+	// A reduction's streams (cereduce.go), forked from and joined into
+	// the user's stream through fork and redJoin.
+	red     [numRedStreams]cuda.Stream
+	redJoin [numRedStreams]cuda.Event
 }
+
+// The copy-engine reductions' streams, by role.
+const (
+	redPush   = iota // this rank's parts of the pieces to their owners
+	redLand          // waits for the peers' chunks, then the landed flag
+	redSpread        // AllReduce: the reduced piece to the peers
+	numRedStreams
+)
 
 // setupCE creates the copy-engine streams and events, probes stream memory
 // operations on this rank (a write into every peer's flag area, a wait on
 // our own) and agrees with the peers: the path is on only where every rank
 // passed, so that every rank makes the same choice per call. Failing the
 // probe is not an error: the kernels serve every call.
-func (be *Backend) setupCE(ctx context.Context, local uintptr, peers []uintptr) error {
+func (be *Backend) setupCE(ctx context.Context, local uintptr, peers []uintptr, stageBytes uint64) error {
 	ce := &be.ce
 	ce.local = local + ceFlagOff
 	for r, p := range peers {
 		ce.peers[r] = p + ceFlagOff
+		ce.staging[r] = p + signalSize
 	}
+	ce.stageBytes = stageBytes
 	probe := be.probeCE()
 	ok := byte(1)
 	if probe != nil {
@@ -119,17 +154,15 @@ func (be *Backend) probeCE() error {
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
 	var err error
-	if ce.side, err = drv.StreamCreate(cx, true); err != nil {
-		return err
+	for _, s := range ce.streams() {
+		if *s, err = drv.StreamCreate(cx, true); err != nil {
+			return err
+		}
 	}
-	if ce.rescue, err = drv.StreamCreate(cx, true); err != nil {
-		return err
-	}
-	if ce.fork, err = drv.EventCreate(cx, false); err != nil {
-		return err
-	}
-	if ce.join, err = drv.EventCreate(cx, false); err != nil {
-		return err
+	for _, e := range ce.events() {
+		if *e, err = drv.EventCreate(cx, false); err != nil {
+			return err
+		}
 	}
 	// The slots written hold 0 already (or are being cleared to 0 by
 	// their owner): writing 0 changes nothing.
@@ -157,30 +190,43 @@ type ceArgs struct {
 	dstOwn uintptr // own recv slot
 }
 
-// runCE enqueues one copy-engine Broadcast or AllGather (be.mu held). Any
-// failure once the peers may be waiting for us aborts the communicator, so
-// that the peers' waits are released too.
-func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64) error {
+// runCE enqueues one copy-engine call (be.mu held): Broadcast, AllGather,
+// or with a plan a reduction (cereduce.go). Any failure once the peers may
+// be waiting for us aborts the communicator, so that the peers' waits are
+// released too.
+func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, pl *cePlan) error {
 	ce := &be.ce
-	ce.seq++
+	// A call takes one flag value, a reduction one per chunk.
+	seq := ce.seq + 1
+	if pl != nil {
+		ce.seq += pl.chunks
+	} else {
+		ce.seq++
+	}
 	ce.issued.Store(ce.seq)
 	// Abort stores aborted and then reads issued; we store issued and then
 	// read aborted: either Abort's rescue covers this seq or we stop here.
 	if be.aborted.Load() {
 		return be.abortErr()
 	}
-	c := ceArgs{s: cuda.Stream(a.Stream), reg: reg, off: a.Recv - reg.base, bytes: bytes, src: a.Send, dstOwn: a.Recv}
 	var err error
-	if a.Coll == collectives.AllGather {
+	c := ceArgs{s: cuda.Stream(a.Stream), reg: reg, bytes: bytes, src: a.Send, dstOwn: a.Recv}
+	if reg != nil {
+		c.off = a.Recv - reg.base
+	}
+	switch {
+	case pl != nil:
+		err = be.ceReduce(a, reg, pl, seq)
+	case a.Coll == collectives.AllGather:
 		c.dstOwn = a.Recv + uintptr(be.rank)*uintptr(bytes)
 		c.local = a.Send != c.dstOwn
-		err = be.ceAllGather(&c, ce.seq)
-	} else {
+		err = be.ceAllGather(&c, seq)
+	default:
 		c.local = be.rank == a.Root && a.Send != a.Recv
-		err = be.ceBroadcast(&c, a.Root, ce.seq)
+		err = be.ceBroadcast(&c, a.Root, seq)
 	}
 	if err != nil {
-		be.Abort(fmt.Errorf("gpu backend: copy-engine %s (call %d) not enqueued: %w", a.Coll, ce.seq, err))
+		be.Abort(fmt.Errorf("gpu backend: copy-engine %s (call %d) not enqueued: %w", a.Coll, seq, err))
 		return be.abortErr()
 	}
 	return nil
@@ -304,6 +350,24 @@ func (be *Backend) ceJoin(c *ceArgs) error {
 	return nil
 }
 
+// streams and events list the handles setupCE creates and releaseCE
+// destroys.
+func (ce *copyEngine) streams() []*cuda.Stream {
+	s := []*cuda.Stream{&ce.side, &ce.rescue}
+	for k := range ce.red {
+		s = append(s, &ce.red[k])
+	}
+	return s
+}
+
+func (ce *copyEngine) events() []*cuda.Event {
+	e := []*cuda.Event{&ce.fork, &ce.join}
+	for k := range ce.redJoin {
+		e = append(e, &ce.redJoin[k])
+	}
+	return e
+}
+
 // rescueCE is Abort's best effort for copy-engine waits: it overwrites
 // this rank's flags with a value every issued call's waits accept.
 func (be *Backend) rescueCE() {
@@ -315,9 +379,15 @@ func (be *Backend) rescueCE() {
 		return
 	}
 	v := seq + ceRescue
-	if err := be.drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ce.local), v, ceFlagBytes/4, ce.rescue); err != nil {
-		slog.Warn("gpu backend: abort could not release copy-engine waits", "rank", be.rank, "err", err)
-		return
+	// Every flag a stream waits on; not landed, which only the reduction
+	// kernel polls: released through it, the kernel would reduce stale
+	// staging and publish free flags older than the peers' rescue values,
+	// while it leaves through the abort flag anyway.
+	for _, span := range [2][2]uintptr{{0, ceLandedOff}, {ceLandedOff + 4, ceFlagBytes}} {
+		if err := be.drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ce.local+span[0]), v, uint64(span[1]-span[0])/4, ce.rescue); err != nil {
+			slog.Warn("gpu backend: abort could not release copy-engine waits", "rank", be.rank, "err", err)
+			return
+		}
 	}
 	slog.Info("gpu backend: abort released copy-engine waits", "rank", be.rank, "calls", seq)
 }
@@ -328,7 +398,7 @@ func (be *Backend) releaseCE() []error {
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
 	var errs []error
-	for _, s := range []*cuda.Stream{&ce.side, &ce.rescue} {
+	for _, s := range ce.streams() {
 		if *s != 0 {
 			if err := be.drv.StreamDestroy(be.ctx, *s); err != nil {
 				errs = append(errs, fmt.Errorf("gpu backend: destroy copy-engine stream: %w", err))
@@ -336,7 +406,7 @@ func (be *Backend) releaseCE() []error {
 			*s = 0
 		}
 	}
-	for _, e := range []*cuda.Event{&ce.fork, &ce.join} {
+	for _, e := range ce.events() {
 		if *e != 0 {
 			if err := be.drv.EventDestroy(be.ctx, *e); err != nil {
 				errs = append(errs, fmt.Errorf("gpu backend: destroy copy-engine event: %w", err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,9 +34,11 @@ func doneFlag(owner, slot int) uintptr {
 }
 
 // together runs f on every rank concurrently (collective calls).
-// ceAt1MiB puts both copy-engine thresholds at 1 MiB for the test: the
+// ceAt1MiB puts the copy-engine thresholds at 1 MiB for the test: the
 // cases below were written around that size (the defaults are larger).
-func ceAt1MiB(t *testing.T) { t.Setenv(EnvTune, "ce.broadcast=1M,ce.all_gather=1M") }
+func ceAt1MiB(t *testing.T) {
+	t.Setenv(EnvTune, "ce.broadcast=1M,ce.all_gather=1M,ce.all_reduce=1M,ce.reduce_scatter=1M")
+}
 
 func together(n int, f func(r int) error) []error {
 	errs := make([]error, n)
@@ -223,11 +226,14 @@ func path(t *testing.T, bes []*Backend, drvs []*fakeDriver, args func(r int) col
 		a := args(r)
 		require.NoError(t, be.Run(context.Background(), &a))
 		var p string
+		launches, waits := drvs[r].launches, len(drvs[r].opsOf("wait"))
 		switch ops := drvs[r].opsOf(); {
-		case len(drvs[r].launches) == 1 && len(ops) == 1:
+		case len(launches) == 1 && len(ops) == 1 && !strings.HasPrefix(launches[0].name, "goccl_cereduce"):
 			p = "kernel"
-		case len(drvs[r].launches) == 0 && len(drvs[r].opsOf("wait")) > 0:
+		case len(launches) == 0 && waits > 0:
 			p = "ce"
+		case len(launches) == 1 && strings.HasPrefix(launches[0].name, "goccl_cereduce") && waits > 0:
+			p = "ce" // the copy engines move the data, a kernel reduces it
 		default:
 			t.Fatalf("rank %d: neither path: %+v", r, ops)
 		}
@@ -265,8 +271,15 @@ func TestCESelection(t *testing.T) {
 		{"broadcast registered below 1 MiB", "", collectives.Broadcast, 1<<18 - 1, true, 0, false, "kernel"},
 		{"broadcast registered forced twoshot", "twoshot", collectives.Broadcast, 1 << 22, true, 0, false, "kernel"},
 		{"broadcast capturing forced ce", "ce", collectives.Broadcast, 1 << 22, true, 0, true, "kernel"},
-		{"allreduce registered large", "ce", collectives.AllReduce, 1 << 22, true, 0, false, "kernel"},
-		{"reducescatter registered large", "", collectives.ReduceScatter, 1 << 22, true, 0, false, "kernel"},
+		{"allreduce registered large", "", collectives.AllReduce, 1 << 22, true, 0, false, "ce"},
+		{"allreduce registered below 1 MiB", "", collectives.AllReduce, 1<<18 - 1, true, 0, false, "kernel"},
+		{"allreduce unregistered large forced ce", "ce", collectives.AllReduce, 1 << 22, false, 0, false, "kernel"},
+		{"allreduce registered large capturing", "", collectives.AllReduce, 1 << 22, true, 0, true, "kernel"},
+		{"allreduce registered small forced ce", "ce", collectives.AllReduce, 3, true, 0, false, "ce"},
+		{"reducescatter registered large", "", collectives.ReduceScatter, 1 << 22, true, 0, false, "ce"},
+		{"reducescatter unregistered large", "", collectives.ReduceScatter, 1 << 22, false, 0, false, "ce"},
+		{"reducescatter unregistered below 1 MiB", "", collectives.ReduceScatter, 1<<18 - 1, false, 0, false, "kernel"},
+		{"reducescatter capturing", "", collectives.ReduceScatter, 1 << 22, false, 0, true, "kernel"},
 		{"reduce registered large", "", collectives.Reduce, 1 << 22, true, 0, false, "kernel"},
 	}
 	for _, c := range cases {
@@ -333,8 +346,10 @@ func TestCEAbort(t *testing.T) {
 	drv.ops = nil
 	cause := errors.New("peer 1 vanished")
 	be.Abort(cause)
-	assert.Equal(t, []fakeOp{{kind: "memset32", stream: be.ce.rescue, dst: readyFlag(0, 0), val: 3 + 1<<30, n: 64}},
-		drv.opsOf(), "this rank's flags released past every issued call")
+	assert.Equal(t, []fakeOp{
+		{kind: "memset32", stream: be.ce.rescue, dst: readyFlag(0, 0), val: 3 + 1<<30, n: ceLandedOff / 4},
+		{kind: "memset32", stream: be.ce.rescue, dst: readyFlag(0, 0) + ceLandedOff + 4, val: 3 + 1<<30, n: (ceFlagBytes - ceLandedOff - 4) / 4},
+	}, drv.opsOf(), "this rank's flags released past every issued call, but the kernel's landed flag")
 	assert.NotEqual(t, userStream, be.ce.rescue)
 
 	drv.ops = nil
@@ -503,8 +518,9 @@ func TestCERunAllocatesNothing(t *testing.T) {
 	}
 	drv := drvs[1]
 	drv.quiet = true
-	for _, coll := range []collectives.Collective{collectives.AllGather, collectives.Broadcast} {
-		a := collectives.Args{Coll: coll, Send: rankAddr(sendBase, 1), Recv: recv[1], Count: 1 << 20, Type: collectives.Float32, Stream: uintptr(userStream)}
+	for _, coll := range []collectives.Collective{collectives.AllGather, collectives.Broadcast, collectives.AllReduce, collectives.ReduceScatter} {
+		a := collectives.Args{Coll: coll, Send: rankAddr(sendBase, 1), Recv: recv[1], Count: 1 << 20, Type: collectives.Float32,
+			Op: collectives.Sum, Stream: uintptr(userStream)}
 		before := bes[1].ce.seq
 		allocs := testing.AllocsPerRun(50, func() {
 			if err := bes[1].Run(context.Background(), &a); err != nil {
@@ -512,6 +528,8 @@ func TestCERunAllocatesNothing(t *testing.T) {
 			}
 		})
 		assert.Zero(t, allocs, "%s", coll)
+		// One flag value per call; the reductions take one per chunk (one
+		// here: the default chunk holds a 4 MiB message's piece).
 		assert.Equal(t, uint32(51), bes[1].ce.seq-before, "%s took the copy-engine path", coll)
 	}
 }

@@ -49,9 +49,11 @@ type fakeOp struct {
 	geq    bool
 	event  cuda.Event
 	rec    uint64 // record: its id; waitEvent: the record it waits for
-	data   []byte // htod: the bytes
+	data   []byte // htod: the bytes; launch: the parameters (n: the grid)
 	host   []byte // dtoh: where the bytes land
 	name   string // launch: the kernel
+	// run is a step of a modelled kernel (sim_test.go), never recorded.
+	run func(*simMem) error
 }
 
 var errFake = errors.New("fake driver failure")
@@ -228,8 +230,13 @@ func (f *fakeDriver) ModuleGetFunction(_ cuda.Context, _ cuda.Module, name strin
 func (f *fakeDriver) LaunchKernel(_ cuda.Context, fn cuda.Function, cfg cuda.LaunchConfig, params []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.launches = append(f.launches, fakeLaunch{name: f.names[fn], cfg: cfg, params: append([]byte(nil), params...)})
-	return f.op(fakeOp{kind: "launch", stream: cfg.Stream, name: f.names[fn]})
+	if f.quiet {
+		return nil
+	}
+	p := append([]byte(nil), params...)
+	f.launches = append(f.launches, fakeLaunch{name: f.names[fn], cfg: cfg, params: p})
+	// The parameters and grid ride along for the simulator (sim_test.go).
+	return f.op(fakeOp{kind: "launch", stream: cfg.Stream, name: f.names[fn], data: p, n: uint64(cfg.Grid.X)})
 }
 
 // fakeMapper hands out made-up addresses in one address space: rank r's

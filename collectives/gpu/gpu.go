@@ -154,7 +154,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, slot, llOffset)
 
-	if err = be.setupCE(ctx, ws.Local, ws.Peers); err != nil {
+	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset); err != nil {
 		return nil, err
 	}
 	// Before the init barrier: the NVLS flags are zeroed on every rank

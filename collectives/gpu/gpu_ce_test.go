@@ -31,6 +31,28 @@ func (r *rig) registeredRecv(t *testing.T, size uint64) []cuda.DevicePtr {
 	return out
 }
 
+// requireCE fails the test where the copy-engine path is off.
+func (r *rig) requireCE(t *testing.T) {
+	t.Helper()
+	for rank, be := range r.bes {
+		if !be.ce.ok {
+			t.Fatalf("rank %d: copy-engine path off on this machine (stream memory ops probe failed; see the log)", rank)
+		}
+	}
+}
+
+// sendRandom fills every rank's send buffer with count random elements of
+// dt (for a Sum) and returns what it wrote.
+func (r *rig) sendRandom(t *testing.T, rng *rand.Rand, dt collectives.DataType, count int) [][]byte {
+	ins := make([][]byte, len(r.bes))
+	for rank := range r.bes {
+		ins[rank] = make([]byte, count*dt.Size())
+		fill(rng, dt, collectives.Sum, ins[rank])
+		r.put(t, rank, r.send[rank], ins[rank])
+	}
+	return ins
+}
+
 // ceCase runs one Broadcast or AllGather into the registered buffers and
 // checks every rank's output and guard; it returns how many copy-engine
 // calls the backends issued for it.
@@ -95,11 +117,7 @@ func TestGPUCopyEngine(t *testing.T) {
 	n := rigRanks(t)
 	const capBytes = 8 << 20
 	r := newRig(t, n, uint64(capBytes))
-	for rank, be := range r.bes {
-		if !be.ce.ok {
-			t.Fatalf("rank %d: copy-engine path off on this machine (stream memory ops probe failed; see the log)", rank)
-		}
-	}
+	r.requireCE(t)
 	recv := r.registeredRecv(t, uint64(capBytes))
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, forced := range []collectives.Algorithm{"", collectives.CopyEngine} {
@@ -139,12 +157,7 @@ func TestGPUCopyEngine(t *testing.T) {
 	if count*4*n+guard > capBytes {
 		t.Skipf("%d ranks need more than %d bytes", n, capBytes)
 	}
-	ins := make([][]byte, n)
-	for rank := range r.bes {
-		ins[rank] = make([]byte, count*4)
-		fill(rng, collectives.Int32, collectives.Sum, ins[rank])
-		r.put(t, rank, r.send[rank], ins[rank])
-	}
+	ins := r.sendRandom(t, rng, collectives.Int32, count)
 	before := r.bes[0].ce.seq
 	var last collectives.Collective
 	lastRoot := 0
@@ -173,5 +186,80 @@ func TestGPUCopyEngine(t *testing.T) {
 			require.True(t, bytes.Equal(got[:count*4], ins[lastRoot]), "rank %d: last broadcast", rank)
 		}
 		require.NoError(t, checkReduced(collectives.Int32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: allreduce", rank)
+	}
+}
+
+// TestGPUCopyEngineReductions runs AllReduce into registered buffers and
+// ReduceScatter on the copy-engine reductions (forced at small sizes, by
+// size from 1 MiB), with staging small enough (slot=4K: 2 MiB per rank at 2
+// ranks) and chunks of 64 KiB so that a 4 MiB message reuses every staging
+// slot, then a back-to-back mix with kernel AllReduces on the same stream.
+func TestGPUCopyEngineReductions(t *testing.T) {
+	t.Setenv(EnvTune, "slot=4K,cechunk=64K,ce.all_reduce=1M,ce.reduce_scatter=1M")
+	n := rigRanks(t)
+	const capBytes = 8 << 20
+	r := newRig(t, n, uint64(capBytes))
+	r.requireCE(t)
+	plain := r.recv
+	r.recv = r.registeredRecv(t, uint64(capBytes+guard))
+	t.Cleanup(func() { r.recv = plain }) // before the rig frees it: cleanups run last-in first-out
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, forced := range []collectives.Algorithm{"", collectives.CopyEngine} {
+		for _, be := range r.bes {
+			be.forced = forced
+		}
+		for _, c := range []collectives.Collective{collectives.AllReduce, collectives.ReduceScatter} {
+			for _, dt := range []collectives.DataType{collectives.Int8, collectives.Int32, collectives.Float32, collectives.BFloat16, collectives.Float64} {
+				for _, op := range []collectives.Op{collectives.Sum, collectives.Max, collectives.Avg} {
+					for i, count := range []int{1, 7, 4095, (1<<20 + 3) / dt.Size(), (4<<20 - 5) / dt.Size()} {
+						if c == collectives.ReduceScatter {
+							count = min(count, (capBytes-dt.Size())/n/dt.Size())
+						}
+						inPlace, misalign := i%2 == 1, i == 2
+						before := r.bes[0].ce.seq
+						if err := r.gpuCase(t, rng, c, dt, op, count, inPlace, misalign, 0); err != nil {
+							t.Errorf("%s %s %s count=%d inplace=%v misalign=%v forced=%q: %v", c, dt, op, count, inPlace, misalign, forced, err)
+							continue
+						}
+						wantCE := forced == collectives.CopyEngine || int64(count*dt.Size()) >= 1<<20
+						if gotCE := r.bes[0].ce.seq != before; gotCE != wantCE {
+							t.Errorf("%s %s count=%d forced=%q: copy engines %v, want %v", c, dt, count, forced, gotCE, wantCE)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, be := range r.bes {
+		be.forced = ""
+	}
+
+	// Back to back, no host synchronization: copy-engine AllReduce (into
+	// the registered buffer) and ReduceScatter interleaved with kernel
+	// AllReduces, 300 calls; then every last result is checked.
+	const count = 1 << 20 // float32: 4 MiB per rank, 32 chunks of 64 KiB
+	ins := r.sendRandom(t, rng, collectives.Float32, count)
+	before := r.bes[0].ce.seq
+	rsCount := count / n
+	for i := range 300 {
+		for rank, be := range r.bes {
+			a := collectives.Args{Send: uintptr(r.send[rank]), Count: count, Type: collectives.Float32, Op: collectives.Sum, Stream: uintptr(r.streams[rank])}
+			switch i % 3 {
+			case 0:
+				a.Coll, a.Recv = collectives.AllReduce, uintptr(r.recv[rank])
+			case 1:
+				a.Coll, a.Recv, a.Count = collectives.ReduceScatter, uintptr(r.recv[rank])+count*4, rsCount
+			default:
+				a.Coll, a.Recv = collectives.AllReduce, uintptr(plain[rank])
+			}
+			require.NoError(t, be.Run(context.Background(), &a))
+		}
+	}
+	r.sync(t)
+	require.Greater(t, r.bes[0].ce.seq-before, uint32(200*16), "copy-engine calls of many chunks each")
+	for rank := range r.bes {
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: copy-engine allreduce", rank)
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, rank*rsCount, r.get(t, rank, r.recv[rank]+count*4, rsCount*4), rsCount), "rank %d: copy-engine reducescatter", rank)
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, plain[rank], count*4), count), "rank %d: kernel allreduce", rank)
 	}
 }

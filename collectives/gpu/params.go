@@ -17,7 +17,7 @@ const (
 // The signal area's users do not overlap (a negative array length fails
 // the build): barrier slots and epochs, copy-engine flags, LL epochs.
 var (
-	_ [llEpochOff - (ceFlagOff + ceFlagBytes)]struct{}
+	_ [llEpochOff - (ceFlagOff + ceFlagBytes + ceCountBytes)]struct{}
 	_ [signalSize - (llEpochOff + 4*maxBlocks)]struct{}
 )
 
@@ -37,8 +37,12 @@ const (
 	offRoot        = 248
 	offFlags       = 252
 	offElemSize    = 256
+	offCEChunks    = 260
 	offLLOffset    = 264
-	paramSize      = 272
+	offCEChunk     = 272
+	offCESeq       = 280
+	offCEDepth     = 284
+	paramSize      = 288
 )
 
 // params is one packed goccl::Params. The communicator-constant part is
@@ -71,4 +75,13 @@ func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize in
 	p.u32(offRoot, uint32(root))
 	p.u32(offFlags, 0)
 	p.u32(offElemSize, uint32(elemSize))
+}
+
+// setCE writes the copy-engine reduction's fields (cereduce.cu): chunks
+// per call, elements per chunk, chunk 0's flag value, staging depth.
+func (p *params) setCE(chunks uint32, chunk uint64, seq, depth uint32) {
+	p.u32(offCEChunks, chunks)
+	p.u64(offCEChunk, chunk)
+	p.u32(offCESeq, seq)
+	p.u32(offCEDepth, depth)
 }

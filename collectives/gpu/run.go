@@ -27,13 +27,29 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	if be.closed {
 		return collectives.ErrClosed
 	}
-	// Broadcast and AllGather into registered buffers may take the copy
-	// engines; the lookup is the same on every rank.
-	var reg *registration
-	if be.ce.ok && (a.Coll == collectives.Broadcast || a.Coll == collectives.AllGather) {
-		reg = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
+	// The copy engines take Broadcast, AllGather and AllReduce into
+	// registered buffers, and ReduceScatter; the lookup and the plan are
+	// the same on every rank.
+	var (
+		reg  *registration
+		plan cePlan
+		pl   *cePlan // a reduction's plan, nil otherwise
+		ceOK bool
+	)
+	if be.ce.ok {
+		switch a.Coll {
+		case collectives.Broadcast, collectives.AllGather, collectives.AllReduce:
+			reg = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
+			ceOK = reg != nil
+		case collectives.ReduceScatter:
+			ceOK = true
+		}
+		if ceOK && a.Coll.Reduces() {
+			plan, ceOK = be.planCEReduce(a)
+			pl = &plan
+		}
 	}
-	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, reg != nil)
+	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, ceOK)
 	if algo == collectives.CopyEngine {
 		// Captured into a graph, a host-side sequence number would be
 		// replayed frozen: kernels keep their epochs on the device.
@@ -45,7 +61,7 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 			return be.abortErr()
 		}
 		if !capturing {
-			return be.runCE(a, reg, uint64(bytes))
+			return be.runCE(a, reg, uint64(bytes), pl)
 		}
 		algo = be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, false)
 	}

@@ -20,7 +20,8 @@ import (
 // A small model of the GPUs for the copy-engine path: one address space
 // (the fake mapper's), sparse memory, every rank's streams as queues of the
 // ops the fake driver recorded, executed one op at a time in a random
-// interleaving. A stream's head op runs only when CUDA would let it: a
+// interleaving (the copy-engine reductions' kernel as the steps of
+// ceReduceModel). A stream's head op runs only when CUDA would let it: a
 // value wait when the word satisfies it (cyclic >= as
 // CU_STREAM_WAIT_VALUE_GEQ), an event wait when that record has run.
 // Copies are atomic, which is enough to expose ordering bugs: a peer
@@ -90,6 +91,14 @@ func simulate(mem *simMem, drvs []*fakeDriver, rng *rand.Rand) error {
 				byKey[k] = st
 				streams = append(streams, st)
 			}
+			if o.kind == "launch" && strings.HasPrefix(o.name, "goccl_cereduce_") {
+				steps, err := ceReduceModel(o)
+				if err != nil {
+					return fmt.Errorf("rank %d: %w", r, err)
+				}
+				st.ops = append(st.ops, steps...)
+				continue
+			}
 			st.ops = append(st.ops, o)
 		}
 		d.ops = nil
@@ -156,6 +165,10 @@ func simulate(mem *simMem, drvs []*fakeDriver, rng *rand.Rand) error {
 			mem.read(o.src, o.host)
 		case "record":
 			recorded[eventKey{st.rank, o.event, o.rec}] = true
+		case "run":
+			if err := o.run(mem); err != nil {
+				return fmt.Errorf("rank %d: %w", st.rank, err)
+			}
 		case "wait", "waitEvent":
 		default:
 			return fmt.Errorf("rank %d: the model cannot run %q (%s)", st.rank, o.kind, o.name)
@@ -197,36 +210,59 @@ func runSim(t *testing.T, bes []*Backend, drvs []*fakeDriver, recv []uintptr, ca
 	}
 	for ci, c := range calls {
 		bytesPer := c.count * 4
+		sendBytes, span := bytesPer, bytesPer
+		switch c.coll {
+		case collectives.AllGather:
+			span *= n
+		case collectives.ReduceScatter:
+			sendBytes *= n
+		}
 		for r, be := range bes {
 			drv := drvs[r]
-			span := bytesPer
-			if c.coll == collectives.AllGather {
-				span *= n
-			}
 			poison := byte(0xA0 + ci%16)
 			require.NoError(t, drv.MemsetD8Async(be.ctx, cuda.DevicePtr(recv[r]), poison, uint64(span+simGuard), userStream))
 			send := rankAddr(sendBase, r)
 			if c.inPlace {
-				send = recv[r]
-				if c.coll == collectives.AllGather {
+				// NCCL's in-place layouts: AllGather's input is the rank's
+				// slot of the output, ReduceScatter's output its slot of the
+				// input.
+				switch send = recv[r]; c.coll {
+				case collectives.AllGather:
 					send += uintptr(r * bytesPer)
+				case collectives.ReduceScatter:
+					send -= uintptr(r * bytesPer)
 				}
 			}
-			if c.coll == collectives.AllGather || r == c.root {
-				in := inputs(ci, r, bytesPer)
+			if c.coll != collectives.Broadcast || r == c.root {
+				in := inputs(ci, r, sendBytes)
 				require.NoError(t, drv.MemcpyHtoDAsync(be.ctx, cuda.DevicePtr(send), ptrOf(in), uint64(len(in)), userStream))
 			}
 			require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: c.coll, Send: send, Recv: recv[r],
-				Count: c.count, Type: collectives.Int32, Root: c.root, Stream: uintptr(userStream)}))
+				Count: c.count, Type: collectives.Int32, Op: collectives.Sum, Root: c.root, Stream: uintptr(userStream)}))
 			var want []byte
-			if c.coll == collectives.AllGather {
+			switch c.coll {
+			case collectives.AllGather:
 				for q := range n {
 					want = append(want, inputs(ci, q, bytesPer)...)
 				}
-			} else {
+			case collectives.Broadcast:
 				want = inputs(ci, c.root, bytesPer)
+			default:
+				ins := make([][]byte, n)
+				for q := range n {
+					ins[q] = inputs(ci, q, sendBytes)
+					if c.coll == collectives.ReduceScatter {
+						ins[q] = ins[q][r*bytesPer : (r+1)*bytesPer]
+					}
+				}
+				want = sumInt32(ins)
 			}
-			want = append(want, bytes.Repeat([]byte{poison}, simGuard)...)
+			guard := bytes.Repeat([]byte{poison}, simGuard)
+			if c.inPlace && c.coll == collectives.ReduceScatter {
+				// The rest of the input follows the output, unchanged.
+				copy(guard, inputs(ci, r, sendBytes)[(r+1)*bytesPer:])
+			}
+			want = append(want, guard...)
 			got := make([]byte, len(want))
 			require.NoError(t, drv.MemcpyDtoHAsync(be.ctx, ptrOf(got), cuda.DevicePtr(recv[r]), uint64(len(got)), userStream))
 			backs[r] = append(backs[r], readback{call: ci, want: want, got: got})
@@ -308,16 +344,25 @@ func TestCESimulationCatchesMissingOrdering(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bes, drvs, _ := newFakeBackends(t, 2, Config{Algo: "ce"})
 			recv, _ := allocAll(t, bes, uint64(2*(4096+3)*4+simGuard))
-			failed := 0
-			for seed := range uint64(20) {
-				if len(runSim(t, bes, drvs, recv, simCalls(2), seed, tc.drop)) > 0 {
-					failed++
-				}
-			}
-			assert.Positive(t, failed, "no interleaving exposed the missing %s", tc.name)
-			t.Logf("%d of 20 interleavings failed without the %s", failed, tc.name)
+			mustExpose(t, tc.name, 20, func(seed uint64) []string {
+				return runSim(t, bes, drvs, recv, simCalls(2), seed, tc.drop)
+			})
 		})
 	}
+}
+
+// mustExpose runs seeds interleavings of a model with one ordering
+// dropped and fails the test unless at least one of them goes wrong.
+func mustExpose(t *testing.T, missing string, seeds uint64, run func(seed uint64) []string) {
+	t.Helper()
+	failed := 0
+	for seed := range seeds {
+		if len(run(seed)) > 0 {
+			failed++
+		}
+	}
+	assert.Positive(t, failed, "no interleaving exposed the missing %s", missing)
+	t.Logf("%d of %d interleavings failed without the %s", failed, seeds, missing)
 }
 
 // A rank that never arrives leaves its peer's stream waiting (a wait does

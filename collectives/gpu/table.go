@@ -17,6 +17,7 @@ const (
 	famReduce
 	famReduceScatter
 	famAllReduceLL
+	famCEReduce
 	famBroadcast
 	famAllGather
 	numFamilies
@@ -24,10 +25,10 @@ const (
 
 var familyStems = [numFamilies]string{
 	"allreduce_oneshot", "allreduce_twoshot", "reduce_oneshot",
-	"reducescatter_oneshot", "allreduce_ll", "broadcast_oneshot", "allgather_oneshot",
+	"reducescatter_oneshot", "allreduce_ll", "cereduce", "broadcast_oneshot", "allgather_oneshot",
 }
 
-func (f family) reduces() bool { return f <= famAllReduceLL }
+func (f family) reduces() bool { return f <= famCEReduce }
 
 // Kernel spellings of collectives.DataType and collectives.Op, by enum value.
 var (

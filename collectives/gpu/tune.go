@@ -14,8 +14,9 @@ import (
 // algorithm thresholds, for tuning runs on a new machine: a comma-separated
 // list of key=value, sizes in nccl-tests' spelling, e.g.
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
-// llblock, twoshot (more than two ranks), twoshot2 (two ranks), ll.<coll>,
-// ce.<coll> (coll as nccl-tests spells it).
+// llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk and
+// cegrid (copy-engine reductions), ll.<coll>, ce.<coll> (coll as
+// nccl-tests spells it).
 // Every rank must be given the same value: New fails otherwise, as
 // mismatched launch shapes would leave ranks waiting forever.
 const EnvTune = "GOCCL_TUNE"
@@ -34,6 +35,11 @@ type tuning struct {
 	// The LL kernel: a block per llBlock bytes, at least enough blocks that
 	// none carries more than its line buffer holds.
 	llBlock int64
+	// The copy-engine reductions (cereduce.go): the most bytes per chunk
+	// (less where the staging holds fewer than two per source) and the
+	// reducing kernel's blocks.
+	ceChunk int64
+	ceGrid  int
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -41,6 +47,8 @@ const (
 	defaultGrid       = 128
 	defaultBlockBytes = 16 << 10
 	defaultLLBlock    = 2 << 10
+	defaultCEChunk    = 8 << 20
+	defaultCEGrid     = 32
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
 	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
 	stagingBudget = 64 << 20
@@ -61,6 +69,8 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		blockBytes: defaultBlockBytes,
 		slot:       min(maxSlot, stagingBudget/(2*int64(max(nranks, 2))*maxBlocks)&^15),
 		llBlock:    defaultLLBlock,
+		ceChunk:    defaultCEChunk,
+		ceGrid:     defaultCEGrid,
 	}
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg
@@ -87,12 +97,16 @@ func (t *tuning) parse(spec string) error {
 }
 
 func (t *tuning) set(key, val string) error {
-	if key == "grid" {
+	if key == "grid" || key == "cegrid" {
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 1 || n > maxBlocks {
 			return fmt.Errorf("want 1 to %d blocks: %w", maxBlocks, collectives.ErrInvalidArgument)
 		}
-		t.grid = n
+		if key == "grid" {
+			t.grid = n
+		} else {
+			t.ceGrid = n
+		}
 		return nil
 	}
 	v, err := units.ParseSize(val)
@@ -106,6 +120,8 @@ func (t *tuning) set(key, val string) error {
 		t.slot = v
 	case "llblock":
 		t.llBlock = v
+	case "cechunk":
+		t.ceChunk = v
 	case "twoshot":
 		t.th.TwoShot = v
 	case "twoshot2":
@@ -118,7 +134,7 @@ func (t *tuning) set(key, val string) error {
 		switch {
 		case ok && kind == "ll" && c == collectives.AllReduce:
 			t.th.LL[c] = v
-		case ok && kind == "ce" && (c == collectives.Broadcast || c == collectives.AllGather):
+		case ok && kind == "ce" && c != collectives.Reduce:
 			t.th.CopyEngine[c] = v
 		default:
 			return fmt.Errorf("unknown key: %w", collectives.ErrInvalidArgument)
@@ -131,6 +147,8 @@ func (t *tuning) check() error {
 	switch {
 	case t.blockBytes < 1 || t.llBlock < 1:
 		return fmt.Errorf("%s: block sizes must be positive: %w", EnvTune, collectives.ErrInvalidArgument)
+	case t.ceChunk < 16 || t.ceChunk%16 != 0:
+		return fmt.Errorf("%s: cechunk %d: want a positive multiple of 16: %w", EnvTune, t.ceChunk, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
 		return fmt.Errorf("%s: slot %d: want a multiple of 16 up to 1M: %w", EnvTune, t.slot, collectives.ErrInvalidArgument)
 	case t.th.LL[collectives.AllReduce] > llMaxBytes:

@@ -32,7 +32,14 @@ func TestTuningParse(t *testing.T) {
 			t.th.CopyEngine[collectives.Broadcast] = 64 << 20
 			t.th.CopyEngine[collectives.AllGather] = 16 << 20
 		}, ""},
+		{"ce.all_reduce=1M,ce.reduce_scatter=2M,cechunk=64K,cegrid=8", func(t *tuning) {
+			t.th.CopyEngine[collectives.AllReduce] = 1 << 20
+			t.th.CopyEngine[collectives.ReduceScatter] = 2 << 20
+			t.ceChunk, t.ceGrid = 64<<10, 8
+		}, ""},
 		{"grid=0", nil, "grid=0"},
+		{"cegrid=129", nil, "cegrid=129"},
+		{"cechunk=100", nil, "cechunk 100"},
 		{"grid=129", nil, "grid=129"},
 		{"grid", nil, "not key=value"},
 		{"slot=100", nil, "multiple of 16"},
@@ -42,7 +49,7 @@ func TestTuningParse(t *testing.T) {
 		{"ll.all_reduce=1M", nil, "at most 524288 bytes"},
 		{"ll.all_to_all=1M", nil, "unknown key"},
 		{"pipe.all_reduce=1M", nil, "unknown key"},
-		{"ce.all_reduce=1M", nil, "unknown key"},
+		{"ce.reduce=1M", nil, "unknown key"},
 		{"ll.broadcast=1M", nil, "unknown key"},
 		{"speed=11", nil, "unknown key"},
 		{"twoshot=lots", nil, "invalid size"},

@@ -80,6 +80,11 @@ step "2 procs, goccl run, vmm, large" 300 env GOCCL_TRANSPORT=vmm "$B/goccl" run
 REG=("$B/conformance" --backend gpu --register --colls broadcast,all_gather --counts 0,1,7,4095,1048579 --large 64Mi)
 step "2 procs, vmm, registered (ce)" 180 env GOCCL_TRANSPORT=vmm GOCCL_ALGO=ce "$B/goccl" run -np 2 "${REG[@]}"
 step "2 procs, ipc, registered (ce)" 180 env GOCCL_TRANSPORT=ipc GOCCL_ALGO=ce "$B/goccl" run -np 2 "${REG[@]}"
+# The copy-engine reductions: AllReduce into registered buffers, and
+# ReduceScatter (registered or not), forced at every size.
+CERED=("$B/conformance" --backend gpu --colls all_reduce,reduce_scatter --counts 0,1,7,4095,1048579 --large 64Mi --stress 300)
+step "2 procs, vmm, ce reductions (registered)" 180 env GOCCL_TRANSPORT=vmm GOCCL_ALGO=ce "$B/goccl" run -np 2 "${CERED[@]}" --register
+step "2 procs, ipc, ce reductions" 180 env GOCCL_TRANSPORT=ipc GOCCL_ALGO=ce "$B/goccl" run -np 2 "${CERED[@]}"
 # The algorithms the size choice skips at 2 ranks: two-shot, and one-shot
 # where LL would run; plus the widest grid on small staging slots.
 step "2 procs, twoshot forced" 150 env GOCCL_ALGO=twoshot "$B/goccl" run -np 2 "$B/conformance" --backend gpu --colls all_reduce --graph 20 --stress 300

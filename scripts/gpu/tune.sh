@@ -3,7 +3,7 @@
 # the launch shapes and thresholds of GOCCL_TUNE (collectives/gpu/tune.go),
 # printing one line per (setting, size) last. Run from the repo root on
 # nvidia-h200-x2 with binaries from scripts/gpu/build.sh (carried as .gpu):
-#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|all]...
+#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|all]...
 # --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -86,6 +86,27 @@ if want reg; then
   S=(-b 1M -e 512M -f 4 -n 20 -w 5 -R 2)
   for c in broadcast all_gather; do
     sweep "$c ce (registered)" GOCCL_ALGO=ce -- "$c" "${S[@]}"
+  done
+fi
+if want cered; then
+  # The copy-engine reductions (collectives/gpu/cereduce.go): correctness
+  # first (forced at every size; small staging and chunks so that slots are
+  # reused), then chunk and grid sweeps against the kernels on the same
+  # registered buffers.
+  check "cered forced, registered" GOCCL_ALGO=ce -- --register --colls all_reduce,reduce_scatter --counts 0,1,7,4095,1048579 --large 64Mi --stress 300
+  check "cered forced, small staging" GOCCL_ALGO=ce GOCCL_TUNE=slot=4K,cechunk=64K -- --register --colls all_reduce,reduce_scatter --counts 1,7,4095,1048579 --large 16Mi --stress 300
+  check "cered forced, unregistered rs" GOCCL_ALGO=ce -- --colls reduce_scatter --counts 1,7,4095,1048579 --large 64Mi --stress 300
+  [ $failed = 1 ] && PARTS=(none)
+fi
+if want cered; then
+  S=(-b 16M -e 1G -f 4 -n 10 -w 3 -R 2)
+  for c in all_reduce reduce_scatter; do
+    base=oneshot
+    [ $c = all_reduce ] && base=twoshot
+    sweep "$c $base (registered)" GOCCL_ALGO=$base -- "$c" "${S[@]}"
+    for t in ${CERED_TUNE:-cechunk=4M cechunk=8M cechunk=16M cechunk=8M,cegrid=64}; do
+      sweep "$c ce $t" GOCCL_ALGO=ce GOCCL_TUNE=$t -- "$c" "${S[@]}"
+    done
   done
 fi
 if want small; then

@@ -62,7 +62,7 @@ const usage = `usage: conformance [flags]   (one rank; start it under goccl run,
   --stress N                 N back-to-back mixed collectives on one stream, then check every buffer
   --inprocess N              N ranks in this process (comm.InitAll; UVA on GPUs), no launcher
   --register                 GPU: the matrix's buffers come from the communicator's Alloc
-                             (registered: Broadcast/AllGather may take the copy-engine path)
+                             (registered: Broadcast/AllGather/AllReduce may take the copy engines)
   --timeout D                bound on the whole run                  [30m]
   --show N                   failures printed per rank               [10]
 `

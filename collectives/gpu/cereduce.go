@@ -1,0 +1,271 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// The copy-engine reductions: AllReduce into registered receive buffers and
+// ReduceScatter (any buffers) of large messages, with the copy engines
+// carrying every byte between GPUs (their ~395 GB/s rather than SM stores'
+// ~370) and a kernel doing only the arithmetic.
+//
+// The message is cut into one piece per rank (AllReduce: segments rounded
+// to 16 bytes; ReduceScatter: the output slices) and each piece into chunks.
+// After the ready handshake of ce.go, on every rank:
+//
+//	push:   for chunk i, for each peer r: [wait free[r][i-depth] here]
+//	        copy my part of r's piece, chunk i -> r's staging slot i%depth
+//	        write data[me] = seq+i into r's flags
+//	land:   for chunk i of my piece: wait data[r] >= seq+i for every r,
+//	        write landed = seq+i here
+//	user:   goccl_cereduce: for chunk i of my piece, wait landed >= seq+i,
+//	        reduce into my piece, write reduced[i] here and free[me][i] to r
+//	spread: (AllReduce) for chunk i: wait reduced[i] >= seq+i here,
+//	        copy my reduced chunk i -> every peer's receive buffer;
+//	        then write done[me] = seq into every peer's flags
+//	user:   join them all; (ReduceScatter) write done[me] = seq into every
+//	        peer's flags; wait done[r] >= seq for every r
+
+//
+// so the pushes, the reduction and the pushes of the result overlap chunk
+// by chunk, and the staging is reused depth chunks behind. The kernel
+// polls landed, written by this rank's own stream after stream waits on the
+// peers' data flags, rather than the data flags themselves: CUDA lets a
+// device reorder writes arriving from a peer, so a flag seen by a kernel
+// does not order the data written before it, while a stream wait orders the
+// work after it (the same ordering the copy-engine Broadcast relies on). A call uses one
+// flag value per chunk (seq, seq+1, ...), taken from the copy-engine
+// counter that ready and done use, so that every flag only grows and Abort's
+// rescue covers them all. The kernel's side of this is kernels/cereduce.cu.
+//
+// Limits: eager streams only (a stream being captured takes the kernels, as
+// for the other copy-engine calls); the number of stream operations grows
+// with the chunks, about 3 per chunk and peer, so the path pays only for
+// large messages (Thresholds.CopyEngine).
+
+// ceMaxChunks bounds one call's chunks, so that flag values stay far from
+// wrapping into each other (cyclic compares span 2^31).
+const ceMaxChunks = 1 << 24
+
+// cePlan is how one copy-engine reduction is cut up; it depends only on
+// values every rank has alike.
+type cePlan struct {
+	es     uint64 // bytes per element
+	piece  uint64 // elements of every piece but the last ones (AllReduce)
+	chunk  uint64 // elements per chunk
+	chunks uint32 // per piece, the same for every piece
+	depth  uint32 // staging slots per source
+}
+
+// planCEReduce cuts a call up; ok is false when the chunks would be too
+// many for the flags (the kernels take the call then).
+func (be *Backend) planCEReduce(a *collectives.Args) (cePlan, bool) {
+	es := uint64(a.Type.Size())
+	align := 16 / es
+	n := uint64(be.nranks)
+	piece := uint64(a.Count)
+	if a.Coll == collectives.AllReduce {
+		piece = roundUp(ceilDiv(piece, n), align)
+	}
+	// At least two slots per source, so that a push overlaps a reduction.
+	chunkBytes := min(uint64(be.tune.ceChunk), be.ce.stageBytes/(2*n)) &^ 15
+	chunk := min(chunkBytes/es, roundUp(piece, align))
+	if chunk == 0 {
+		return cePlan{}, false
+	}
+	chunks := ceilDiv(piece, chunk)
+	if chunks > ceMaxChunks {
+		return cePlan{}, false
+	}
+	depth := min(ceSlots, be.ce.stageBytes/(n*chunk*es))
+	return cePlan{es: es, piece: piece, chunk: chunk, chunks: uint32(chunks), depth: uint32(depth)}, true
+}
+
+// length is the elements of rank r's piece.
+func (pl *cePlan) length(a *collectives.Args, r int) uint64 {
+	if a.Coll != collectives.AllReduce {
+		return pl.piece
+	}
+	count := uint64(a.Count)
+	return min(pl.piece, count-min(uint64(r)*pl.piece, count))
+}
+
+// span is chunk i of rank r's piece: its first element in the piece and
+// its length (0 past the piece's end).
+func (pl *cePlan) span(a *collectives.Args, r int, i uint32) (lo, n uint64) {
+	length := pl.length(a, r)
+	lo = uint64(i) * pl.chunk
+	if lo >= length {
+		return lo, 0
+	}
+	return lo, min(pl.chunk, length-lo)
+}
+
+// ceReduce enqueues one copy-engine AllReduce or ReduceScatter whose chunk
+// flags are seq, seq+1, ... (be.mu held; runCE aborts on failure).
+func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+	drv, cx, ce := be.drv, be.ctx, &be.ce
+	s := cuda.Stream(a.Stream)
+	spread := a.Coll == collectives.AllReduce
+	if err := be.ceSignal(s, ceReadyOff, seq, allPeers); err != nil {
+		return err
+	}
+	if err := be.ceWait(s, ceReadyOff, seq, allPeers); err != nil {
+		return err
+	}
+	if err := drv.EventRecord(cx, ce.fork, s); err != nil {
+		return fmt.Errorf("fork: %w", err)
+	}
+	used := numRedStreams
+	if !spread {
+		used = redSpread
+	}
+	for k := range used {
+		if err := drv.StreamWaitEvent(cx, ce.red[k], ce.fork); err != nil {
+			return fmt.Errorf("fork: %w", err)
+		}
+	}
+	if err := be.cePush(a, pl, seq); err != nil {
+		return err
+	}
+	if err := be.ceLand(a, pl, seq); err != nil {
+		return err
+	}
+	if spread {
+		if err := be.ceSpread(a, reg, pl, seq); err != nil {
+			return err
+		}
+	}
+	if err := be.launchCEReduce(a, pl, seq); err != nil {
+		return err
+	}
+	for k := range used {
+		if err := drv.EventRecord(cx, ce.redJoin[k], ce.red[k]); err != nil {
+			return fmt.Errorf("join: %w", err)
+		}
+		if err := drv.StreamWaitEvent(cx, s, ce.redJoin[k]); err != nil {
+			return fmt.Errorf("join: %w", err)
+		}
+	}
+	// Done: every peer has its output (AllReduce: the peers' spread
+	// streams copied into ours) and has finished reading its staging, which
+	// the next call, a kernel's push included, may then overwrite. At
+	// AllReduce the peers' spread streams say so (they waited for every
+	// chunk the kernel reduced); at ReduceScatter the user stream, after
+	// the kernel.
+	if !spread {
+		if err := be.ceSignal(s, ceDoneOff, seq, allPeers); err != nil {
+			return err
+		}
+		return be.ceWait(s, ceDoneOff, seq, allPeers)
+	}
+	return be.ceWait(s, ceDoneOff, seq, allPeers)
+}
+
+// cePush enqueues on the push stream the copies of this rank's parts of
+// the peers' pieces into their staging, chunk by chunk.
+func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
+	drv, cx, ce := be.drv, be.ctx, &be.ce
+	chunkBytes := pl.chunk * pl.es
+	st := ce.red[redPush]
+	for i := range pl.chunks {
+		for k := 1; k < be.nranks; k++ {
+			r := (be.rank + k) % be.nranks
+			lo, n := pl.span(a, r, i)
+			if n > 0 {
+				if i >= pl.depth {
+					// r has reduced the chunk that last used this slot.
+					free := ce.local + ceFreeOff + 4*uintptr(r*ceSlots+int((i-pl.depth)%ceSlots))
+					if err := drv.StreamWaitValue32(cx, st, cuda.DevicePtr(free), seq+i-pl.depth, true); err != nil {
+						return fmt.Errorf("wait for rank %d's staging: %w", r, err)
+					}
+				}
+				slot := uint64(i%pl.depth)*uint64(be.nranks) + uint64(be.rank)
+				dst := ce.staging[r] + uintptr(slot*chunkBytes)
+				src := a.Send + uintptr((uint64(r)*pl.piece+lo)*pl.es)
+				if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(src), n*pl.es, st); err != nil {
+					return fmt.Errorf("copy to rank %d: %w", r, err)
+				}
+			}
+			if err := be.ceSignal(st, ceDataOff, seq+i, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ceLand enqueues on the land stream, for each chunk of this rank's piece,
+// the waits for every peer's copy of it and then the landed flag the
+// kernel polls.
+func (be *Backend) ceLand(a *collectives.Args, pl *cePlan, seq uint32) error {
+	drv, cx, ce := be.drv, be.ctx, &be.ce
+	land := ce.red[redLand]
+	for i := range pl.chunks {
+		if _, n := pl.span(a, be.rank, i); n == 0 {
+			break
+		}
+		if err := be.ceWait(land, ceDataOff, seq+i, allPeers); err != nil {
+			return err
+		}
+		if err := drv.StreamWriteValue32(cx, land, cuda.DevicePtr(ce.local+ceLandedOff), seq+i); err != nil {
+			return fmt.Errorf("landed: %w", err)
+		}
+	}
+	return nil
+}
+
+// ceSpread enqueues on the spread stream the copies of this rank's reduced
+// piece into every peer's registered receive buffer, each chunk once the
+// kernel has finished it, then the done signal.
+func (be *Backend) ceSpread(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+	drv, cx, ce := be.drv, be.ctx, &be.ce
+	off := a.Recv - reg.base
+	st := ce.red[redSpread]
+	for i := range pl.chunks {
+		lo, n := pl.span(a, be.rank, i)
+		if n == 0 {
+			break
+		}
+		reduced := ce.local + ceReducedOff + 4*uintptr(i%ceSlots)
+		if err := drv.StreamWaitValue32(cx, st, cuda.DevicePtr(reduced), seq+i, true); err != nil {
+			return fmt.Errorf("wait for the reduction: %w", err)
+		}
+		at := uintptr((uint64(be.rank)*pl.piece + lo) * pl.es)
+		for k := 1; k < be.nranks; k++ {
+			r := (be.rank + k) % be.nranks
+			dst := reg.region.Peers[r] + off + at
+			if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(a.Recv+at), n*pl.es, st); err != nil {
+				return fmt.Errorf("copy to rank %d: %w", r, err)
+			}
+		}
+	}
+	return be.ceSignal(st, ceDoneOff, seq, allPeers)
+}
+
+// launchCEReduce launches the kernel that reduces this rank's piece as its
+// chunks land.
+func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) error {
+	at := uintptr(uint64(be.rank) * pl.piece * pl.es)
+	recv := a.Recv
+	if a.Coll == collectives.AllReduce {
+		recv += at
+	}
+	be.prm.setCall(a.Send+at, recv, pl.length(a, be.rank), 0, int(pl.es))
+	be.prm.setCE(pl.chunks, pl.chunk, seq, pl.depth)
+	cfg := cuda.LaunchConfig{
+		Grid:   cuda.Dim3{X: uint32(be.tune.ceGrid), Y: 1, Z: 1},
+		Block:  cuda.Dim3{X: threads, Y: 1, Z: 1},
+		Stream: cuda.Stream(a.Stream),
+	}
+	if err := be.drv.LaunchKernel(be.ctx, be.fns.get(famCEReduce, a.Type, a.Op), cfg, be.prm[:]); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	return nil
+}
+
+func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }
+func roundUp(a, b uint64) uint64 { return ceilDiv(a, b) * b }

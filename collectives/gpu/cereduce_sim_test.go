@@ -1,0 +1,206 @@
+package gpu
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// ceReduceModel turns one recorded launch of goccl_cereduce_i32_sum into
+// the steps the kernel takes (kernels/cereduce.cu), for the simulator: per
+// chunk of its piece, wait for the landed flag, reduce the chunk in rank
+// order, then publish reduced here and free in every source's flags. It reads the
+// launch's real parameter block, so the model sees what the GPU would.
+// Blocks are one here; the emulator (kernels/emu) covers the kernel's own
+// arrival counting.
+func ceReduceModel(o fakeOp) ([]fakeOp, error) {
+	if o.name != "goccl_cereduce_i32_sum" {
+		return nil, fmt.Errorf("the model runs goccl_cereduce_i32_sum only, not %s", o.name)
+	}
+	p := o.data
+	if len(p) != paramSize {
+		return nil, fmt.Errorf("%s: %d parameter bytes, want %d", o.name, len(p), paramSize)
+	}
+	u64 := func(off int) uint64 { return binary.LittleEndian.Uint64(p[off:]) }
+	u32 := func(off int) uint32 { return binary.LittleEndian.Uint32(p[off:]) }
+	send, recv, count := uintptr(u64(offSend)), uintptr(u64(offRecv)), u64(offCount)
+	signals := uintptr(u64(offSignals))
+	me, nr := int(u32(offRank)), int(u32(offNRanks))
+	chunks, chunk, seq, depth := u32(offCEChunks), u64(offCEChunk), u32(offCESeq), u32(offCEDepth)
+	if depth < 2 || depth > ceSlots || chunk == 0 {
+		return nil, fmt.Errorf("%s: depth %d chunk %d", o.name, depth, chunk)
+	}
+	var steps []fakeOp
+	for i := uint32(0); i < chunks && uint64(i)*chunk < count; i++ {
+		v := seq + i
+		steps = append(steps, fakeOp{kind: "wait", stream: o.stream, dst: signals + ceFlagOff + ceLandedOff, val: v, geq: true})
+		steps = append(steps, fakeOp{kind: "run", stream: o.stream, name: o.name, run: func(m *simMem) error {
+			base := uint64(i) * chunk
+			n := min(chunk, count-base)
+			slot := uintptr(u64(offPeerStaging+8*me)) + uintptr(uint64(i%depth)*uint64(nr)*chunk*4)
+			ins := make([][]byte, nr)
+			for r := range nr {
+				ins[r] = make([]byte, 4*n)
+				src := slot + uintptr(uint64(r)*chunk*4)
+				if r == me {
+					src = send + uintptr(base*4)
+				}
+				m.read(src, ins[r])
+			}
+			m.write(recv+uintptr(base*4), sumInt32(ins))
+			word := binary.LittleEndian.AppendUint32(nil, v)
+			m.write(signals+ceFlagOff+ceReducedOff+4*uintptr(i%ceSlots), word)
+			for r := range nr {
+				if r != me {
+					peer := uintptr(u64(offPeerSignals + 8*r))
+					m.write(peer+ceFlagOff+ceFreeOff+4*uintptr(me*ceSlots+int(i%ceSlots)), word)
+				}
+			}
+			return nil
+		}})
+	}
+	return steps, nil
+}
+
+// sumInt32 is the wrapping elementwise sum of little-endian int32 vectors,
+// in the order given.
+func sumInt32(ins [][]byte) []byte {
+	out := make([]byte, len(ins[0]))
+	for i := 0; i+4 <= len(out); i += 4 {
+		var s uint32
+		for _, in := range ins {
+			s += binary.LittleEndian.Uint32(in[i:])
+		}
+		binary.LittleEndian.PutUint32(out[i:], s)
+	}
+	return out
+}
+
+// ceReduceTune makes the copy-engine reductions' staging tiny (slot=16:
+// 4 KiB per source) and chunks of 1 KiB, so that a few thousand elements
+// already reuse every staging slot (depth 4 at 2 ranks) and the larger
+// calls cycle through the flag slots.
+func ceReduceTune(t *testing.T) {
+	t.Setenv(EnvTune, "slot=16,cechunk=1K,ce.all_reduce=0,ce.reduce_scatter=0,ce.broadcast=0,ce.all_gather=0")
+}
+
+func ceReduceCalls(n int) []simCall {
+	var calls []simCall
+	for i, count := range []int{1, 7, 1023, 4096, 3, 40001} {
+		calls = append(calls,
+			simCall{coll: collectives.AllReduce, count: count, inPlace: i%2 == 0},
+			simCall{coll: collectives.ReduceScatter, count: count, inPlace: i%2 == 1},
+			simCall{coll: collectives.AllGather, count: count},
+			simCall{coll: collectives.AllReduce, count: count + 5, inPlace: i%2 == 1},
+			simCall{coll: collectives.Broadcast, count: count, root: i % n},
+			simCall{coll: collectives.ReduceScatter, count: count + 2, inPlace: i%2 == 0},
+		)
+	}
+	return calls
+}
+
+func TestCEReduceSimulated(t *testing.T) {
+	ceReduceTune(t)
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			bes, drvs, _ := newFakeBackends(t, n, Config{})
+			recv, _ := allocAll(t, bes, uint64(n*(40001+5)*4+simGuard))
+			seeds := uint64(6)
+			if testing.Short() {
+				seeds = 2
+			}
+			for seed := range seeds {
+				bad := runSim(t, bes, drvs, recv, ceReduceCalls(n), seed, nil)
+				require.Empty(t, bad, "seed %d", seed)
+			}
+		})
+	}
+}
+
+// Every call above takes the copy engines, with chunks and staging reuse
+// as planned (else the test above would prove less than it says).
+func TestCEReducePlanUnderTheTestTuning(t *testing.T) {
+	ceReduceTune(t)
+	bes, drvs, _ := newFakeBackends(t, 2, Config{})
+	recv, _ := allocAll(t, bes, 1<<20)
+	a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 0), Recv: recv[0], Count: 40001,
+		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+	pl, ok := bes[0].planCEReduce(&a)
+	require.True(t, ok)
+	assert.Equal(t, cePlan{es: 4, piece: 20004, chunk: 256, chunks: 79, depth: 4}, pl)
+	for _, c := range ceReduceCalls(2) {
+		assert.Equal(t, "ce", path(t, bes, drvs, func(r int) collectives.Args {
+			x := collectives.Args{Coll: c.coll, Send: rankAddr(sendBase, r), Recv: recv[r], Count: c.count,
+				Type: collectives.Int32, Op: collectives.Sum, Root: c.root, Stream: uintptr(userStream)}
+			return x
+		}), "%+v", c)
+	}
+}
+
+// The model must be able to fail without each ordering the reductions
+// add: the staging-reuse waits (a push overwrites a chunk the owner has not
+// reduced yet) and, for AllReduce, the done waits (a rank reads its output
+// before the peers' reduced pieces land).
+func TestCEReduceSimulationCatchesMissingOrdering(t *testing.T) {
+	ceReduceTune(t)
+	flagOff := func(o fakeOp) uintptr { return (o.dst - wsBase) & 0xffffffff }
+	cases := []struct {
+		name string
+		drop func(fakeOp) bool
+	}{
+		{"staging-reuse waits", func(o fakeOp) bool {
+			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceFreeOff && flagOff(o) < ceFlagOff+ceFlagBytes
+		}},
+		{"done waits", func(o fakeOp) bool {
+			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceDoneOff && flagOff(o) < ceFlagOff+ceDataOff
+		}},
+		{"landing waits", func(o fakeOp) bool {
+			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceDataOff && flagOff(o) < ceFlagOff+ceLandedOff
+		}},
+		{"reduced waits", func(o fakeOp) bool {
+			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceReducedOff && flagOff(o) < ceFlagOff+ceFreeOff
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bes, drvs, _ := newFakeBackends(t, 2, Config{})
+			recv, _ := allocAll(t, bes, uint64(2*(40001+5)*4+simGuard))
+			mustExpose(t, tc.name, 6, func(seed uint64) []string {
+				return runSim(t, bes, drvs, recv, ceReduceCalls(2), seed, tc.drop)
+			})
+		})
+	}
+}
+
+// A peer that never runs the call leaves this rank's side streams and
+// kernel waiting; Abort's rescue releases the streams (the kernel leaves
+// through the abort flag, which the model does not poll).
+func TestCEReduceAbortReleasesStreamWaits(t *testing.T) {
+	ceReduceTune(t)
+	bes, drvs, _ := newFakeBackends(t, 2, Config{})
+	recv, _ := allocAll(t, bes, 1<<20)
+	a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 0), Recv: recv[0], Count: 4096,
+		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+	require.NoError(t, bes[0].Run(context.Background(), &a))
+	var kept []fakeOp
+	for _, o := range drvs[0].ops {
+		if o.kind != "launch" {
+			kept = append(kept, o)
+		}
+	}
+	drvs[0].ops = kept
+	recorded := drvs[0].opsOf()
+	err := simulate(newSimMem(), drvs, rand.New(rand.NewPCG(1, 2)))
+	require.ErrorContains(t, err, "deadlock", "rank 1 never ran the call")
+
+	drvs[0].ops = recorded
+	bes[0].Abort(fmt.Errorf("rank 1 is gone"))
+	require.NoError(t, simulate(newSimMem(), drvs, rand.New(rand.NewPCG(1, 2))), "the rescue write releases every wait")
+}
