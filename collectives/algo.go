@@ -73,8 +73,8 @@ var DefaultThresholds = Thresholds{
 	TwoShotPair: 16 << 20,
 	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
 	// The copy-engine reductions are off by default: on 2x H200 they move
-	// 282-310 GB/s (AllReduce) and 254-285 (ReduceScatter) at 1 GiB against
-	// the kernels' 359 and 313 (docs/perf.md), so they pay only where the
+	// 309-332 GB/s (AllReduce) and 263-279 (ReduceScatter) at 1 GiB against
+	// the kernels' 359 and 315 (docs/perf.md), so they pay only where the
 	// SMs they leave free matter more (GOCCL_ALGO=ce or GOCCL_TUNE).
 	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
 }
