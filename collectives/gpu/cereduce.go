@@ -28,7 +28,6 @@ import (
 //	        then write done[me] = seq into every peer's flags
 //	user:   join them all; (ReduceScatter) write done[me] = seq into every
 //	        peer's flags; wait done[r] >= seq for every r
-
 //
 // so the pushes, the reduction and the pushes of the result overlap chunk
 // by chunk, and the staging is reused depth chunks behind. The kernel
@@ -36,15 +35,17 @@ import (
 // peers' data flags, rather than the data flags themselves: CUDA lets a
 // device reorder writes arriving from a peer, so a flag seen by a kernel
 // does not order the data written before it, while a stream wait orders the
-// work after it (the same ordering the copy-engine Broadcast relies on). A call uses one
-// flag value per chunk (seq, seq+1, ...), taken from the copy-engine
-// counter that ready and done use, so that every flag only grows and Abort's
-// rescue covers them all. The kernel's side of this is kernels/cereduce.cu.
+// work after it (the same ordering the copy-engine Broadcast relies on). A
+// call uses one flag value per chunk (seq, seq+1, ...), taken from the
+// copy-engine counter that ready and done use, so that every flag only
+// grows and Abort's rescue covers them all. The kernel's side of this is
+// kernels/cereduce.cu.
 //
 // Limits: eager streams only (a stream being captured takes the kernels, as
-// for the other copy-engine calls); the number of stream operations grows
-// with the chunks, about 3 per chunk and peer, so the path pays only for
-// large messages (Thresholds.CopyEngine).
+// for the other copy-engine calls); about 3 stream operations per chunk and
+// peer; and on 2x H200 each chunk costs a stall of about 10 us beyond its
+// copy, which leaves the path slower than the kernels (docs/perf.md), so it
+// runs only when forced or given a threshold (Thresholds.CopyEngine).
 
 // ceMaxChunks bounds one call's chunks, so that flag values stay far from
 // wrapping into each other (cyclic compares span 2^31).

@@ -74,6 +74,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	}
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg
+		t.ceGrid = min(t.ceGrid, maxBlocksCfg)
 	}
 	return t
 }

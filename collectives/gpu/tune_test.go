@@ -76,19 +76,21 @@ func TestTuningDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		nranks, maxBlocks int
 		slot              int64
-		grid              int
+		grid, ceGrid      int
 	}{
-		{1, 0, 128 << 10, defaultGrid},
-		{2, 0, 128 << 10, defaultGrid},
-		{3, 0, 87376, defaultGrid},
-		{4, 0, 64 << 10, defaultGrid},
-		{8, 32, 32 << 10, 32},
+		{1, 0, 128 << 10, defaultGrid, defaultCEGrid},
+		{2, 0, 128 << 10, defaultGrid, defaultCEGrid},
+		{3, 0, 87376, defaultGrid, defaultCEGrid},
+		{4, 0, 64 << 10, defaultGrid, defaultCEGrid},
+		{8, 32, 32 << 10, 32, 32},
+		{2, 8, 128 << 10, 8, 8}, // Config.MaxBlocks caps every launch
 	} {
 		tu := defaultTuning(tc.nranks, tc.maxBlocks)
 		assert.Equal(t, tc.slot, tu.slot, "nranks %d", tc.nranks)
 		assert.Zero(t, tu.slot%16)
 		assert.LessOrEqual(t, 2*int64(tc.nranks)*maxBlocks*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
 		assert.Equal(t, tc.grid, tu.grid)
+		assert.Equal(t, tc.ceGrid, tu.ceGrid)
 	}
 }
 
