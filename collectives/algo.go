@@ -80,10 +80,10 @@ var DefaultThresholds = Thresholds{
 }
 
 // Choose picks the algorithm for one call from the collective, the bytes of
-// each rank's Count, the rank count, and whether the copy-engine path can
-// serve the call (ce: the backend has it and, where the path writes the
-// peers' receive buffers, the buffer is registered; computed alike on every
-// rank); forced (GOCCL_ALGO, "" for none) wins where the collective has
+// each rank's Count, the rank count, and whether the copy-engine path may
+// serve the call (ce, alike on every rank; a caller that then finds the
+// path cannot take it, e.g. an unregistered receive buffer, asks again with
+// ce false); forced (GOCCL_ALGO, "" for none) wins where the collective has
 // that algorithm, and otherwise the choice is by size. It is pure, so every
 // rank makes the same choice.
 //   - Copy engines where ce allows, from CopyEngine[c] (or at any size when

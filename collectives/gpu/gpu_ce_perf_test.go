@@ -35,7 +35,7 @@ func TestGPUCopyEngineChunkCost(t *testing.T) {
 	be1 := r.bes[1]
 	reg1 := be1.lookup(uintptr(recv[1]), total)
 	require.NotNil(t, reg1)
-	back := reg1.region.Peers[0] // rank 0's buffer, as rank 1 maps it
+	back := reg1.region.Peers[0]       // rank 0's buffer, as rank 1 maps it
 	flag := be.ce.peers[1] + ceDataOff // rank 1's data[0]; nothing waits on it here
 	start, err := drv.EventCreate(cx, true)
 	require.NoError(t, err)

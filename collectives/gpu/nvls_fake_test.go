@@ -51,18 +51,9 @@ func (d *mcDriver) ModuleGetFunction(ctx cuda.Context, m cuda.Module, name strin
 	return d.fakeDriver.ModuleGetFunction(ctx, m, name)
 }
 
-// LaunchKernel also keeps the parameters (in data) and the grid (in n) in
-// the op, for the simulator; quiet records nothing (allocation tests).
-func (d *mcDriver) LaunchKernel(_ cuda.Context, fn cuda.Function, cfg cuda.LaunchConfig, params []byte) error {
-	f := d.fakeDriver
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.quiet {
-		return nil
-	}
-	p := append([]byte(nil), params...)
-	f.launches = append(f.launches, fakeLaunch{name: f.names[fn], cfg: cfg, params: p})
-	return f.op(fakeOp{kind: "launch", stream: cfg.Stream, name: f.names[fn], data: p, n: uint64(cfg.Grid.X)})
+// LaunchKernel is the fake driver's (both embedded types have one).
+func (d *mcDriver) LaunchKernel(ctx cuda.Context, fn cuda.Function, cfg cuda.LaunchConfig, params []byte) error {
+	return d.fakeDriver.LaunchKernel(ctx, fn, cfg, params)
 }
 
 // MemMap also notes where the multicast handle and the rank's own memory

@@ -27,41 +27,12 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	if be.closed {
 		return collectives.ErrClosed
 	}
-	// The copy engines take Broadcast, AllGather and AllReduce into
-	// registered buffers, and ReduceScatter; the lookup and the plan are
-	// the same on every rank.
-	var (
-		reg  *registration
-		plan cePlan
-		pl   *cePlan // a reduction's plan, nil otherwise
-		ceOK bool
-	)
-	if be.ce.ok {
-		switch a.Coll {
-		case collectives.Broadcast, collectives.AllGather, collectives.AllReduce:
-			reg = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
-			ceOK = reg != nil
-		case collectives.ReduceScatter:
-			ceOK = true
-		}
-		if ceOK && a.Coll.Reduces() {
-			plan, ceOK = be.planCEReduce(a)
-			pl = &plan
-		}
-	}
-	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, ceOK)
+	// The choice is the same on every rank: Choose is pure, and so are
+	// the registration lookup and the plan behind a copy-engine choice.
+	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, be.ce.ok)
 	if algo == collectives.CopyEngine {
-		// Captured into a graph, a host-side sequence number would be
-		// replayed frozen: kernels keep their epochs on the device.
-		capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
-		if err != nil {
-			// The peers may already wait for this call on the
-			// copy-engine path: stop them too.
-			be.Abort(fmt.Errorf("gpu backend: %s: stream capture status: %w", a.Coll, err))
-			return be.abortErr()
-		}
-		if !capturing {
-			return be.runCE(a, reg, uint64(bytes), pl)
+		if taken, err := be.tryCE(a, bytes); taken {
+			return err
 		}
 		algo = be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, false)
 	}
@@ -95,4 +66,41 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 		return be.abortErr()
 	}
 	return nil
+}
+
+// tryCE runs a call the thresholds gave the copy engines, where they can
+// take it: Broadcast, AllGather and AllReduce into registered buffers,
+// ReduceScatter into any, a reduction's chunks within the flags' range,
+// and not while the stream is being captured (a host-side sequence number
+// would be replayed frozen; kernels keep their epochs on the device).
+// taken is false when the kernels must serve the call instead.
+func (be *Backend) tryCE(a *collectives.Args, bytes int64) (taken bool, err error) {
+	var reg *registration
+	if a.Coll != collectives.ReduceScatter {
+		if reg = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))); reg == nil {
+			return false, nil
+		}
+	}
+	var (
+		plan cePlan
+		pl   *cePlan // a reduction's plan, nil otherwise
+	)
+	if a.Coll.Reduces() {
+		var ok bool
+		if plan, ok = be.planCEReduce(a); !ok {
+			return false, nil
+		}
+		pl = &plan
+	}
+	capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
+	if err != nil {
+		// The peers may already wait for this call on the copy-engine
+		// path: stop them too.
+		be.Abort(fmt.Errorf("gpu backend: %s: stream capture status: %w", a.Coll, err))
+		return true, be.abortErr()
+	}
+	if capturing {
+		return false, nil
+	}
+	return true, be.runCE(a, reg, uint64(bytes), pl)
 }

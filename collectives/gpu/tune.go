@@ -103,11 +103,11 @@ func (t *tuning) set(key, val string) error {
 		if err != nil || n < 1 || n > maxBlocks {
 			return fmt.Errorf("want 1 to %d blocks: %w", maxBlocks, collectives.ErrInvalidArgument)
 		}
-		if key == "grid" {
-			t.grid = n
-		} else {
-			t.ceGrid = n
+		dst := &t.grid
+		if key == "cegrid" {
+			dst = &t.ceGrid
 		}
+		*dst = n
 		return nil
 	}
 	v, err := units.ParseSize(val)
