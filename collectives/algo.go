@@ -57,10 +57,12 @@ type Thresholds struct {
 	// CopyEngine: from here the copy engines carry the call where they can
 	// (Choose's ce): Broadcast and AllGather copy straight into the peers'
 	// registered buffers; AllReduce and ReduceScatter copy each rank's
-	// pieces into their owners' staging, a kernel reduces them as they
-	// land, and AllReduce copies the reduced pieces into the peers'
-	// registered buffers. Below it the stream memory operations that order
-	// the copies cost more than a kernel's whole run.
+	// pieces into their owners' registered receive buffers (2 ranks, both
+	// buffers registered, out of place; elsewhere into staging, but only
+	// where forced or given a threshold explicitly), a kernel reduces them
+	// as they land, and AllReduce copies the reduced pieces into the
+	// peers' registered buffers. Below it the stream memory operations
+	// that order the copies cost more than a kernel's whole run.
 	CopyEngine [NumCollectives]int64
 }
 
@@ -72,11 +74,10 @@ var DefaultThresholds = Thresholds{
 	TwoShot:     256 << 10,
 	TwoShotPair: 16 << 20,
 	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
-	// The copy-engine reductions are off by default: on 2x H200 they move
-	// 309-332 GB/s (AllReduce) and 263-279 (ReduceScatter) at 1 GiB against
-	// the kernels' 359 and 315 (docs/perf.md), so they pay only where the
-	// SMs they leave free matter more (GOCCL_ALGO=ce or GOCCL_TUNE).
-	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: never, Reduce: never, ReduceScatter: never},
+	// The copy-engine reductions in direct mode (the only one the
+	// thresholds take by default) from where they passed the kernels on
+	// 2x H200 (docs/perf.md: behind them at 256 MiB, ahead at 1 GiB).
+	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: 512 << 20, Reduce: never, ReduceScatter: 512 << 20},
 }
 
 // Choose picks the algorithm for one call from the collective, the bytes of

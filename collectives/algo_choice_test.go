@@ -112,15 +112,19 @@ func TestDefaultThresholds(t *testing.T) {
 		{AllGather, 32<<20 - 1, OneShot},
 		{AllGather, 32 << 20, CopyEngine},
 		{AllReduce, 512 << 10, LL},
-		{AllReduce, 1 << 30, TwoShot},
-		{ReduceScatter, 1 << 30, OneShot},
+		{AllReduce, 512<<20 - 1, TwoShot},
+		{AllReduce, 512 << 20, CopyEngine},
+		{ReduceScatter, 512<<20 - 1, OneShot},
+		{ReduceScatter, 1 << 30, CopyEngine},
+		{Reduce, 1 << 30, OneShot},
 	}
 	for _, tc := range cases {
 		assert.Equal(t, tc.want, DefaultThresholds.Choose(tc.c, tc.bytes, 2, "", true), "%s %d", tc.c, tc.bytes)
 	}
-	// The copy-engine reductions are never chosen by size, but forcing
-	// them works.
+	// Without copy engines the kernels serve every size; forcing them
+	// works at any size.
 	for _, c := range []Collective{AllReduce, ReduceScatter} {
+		assert.NotEqual(t, CopyEngine, DefaultThresholds.Choose(c, 1<<30, 2, "", false), "%s without", c)
 		assert.Equal(t, CopyEngine, DefaultThresholds.Choose(c, 8, 2, CopyEngine, true), "%s forced", c)
 	}
 }

@@ -24,9 +24,18 @@
 // hold data; the copy streams hold nothing back for the empty chunks past
 // the end of a shorter piece, so the kernel stops at the end of its piece.
 //
+// Direct mode (flags & kFlagCEDirect; 2 ranks, both buffers registered,
+// out of place): the peer's copy engine lands its part of this rank's piece
+// in recv itself, and the kernel reduces recv = send op recv in place.
+// Nothing is staged, so no slot is reused and no free flag is written. The
+// host launches one kernel per chunk, each given its chunk as the whole
+// piece (ceChunks 1) behind the stream waits for that chunk, so the poll
+// of landed passes at once and reduced[0] says the chunk is done.
+//
 // Params: send = this rank's own contribution to its piece, recv = its
 // output piece, count = elements of the piece here (ranks may differ by the
-// rounding), ceChunks, ceChunk (elements), ceSeq, ceDepth.
+// rounding), ceChunks, ceChunk (elements),
+// ceSeq, ceDepth.
 #include "common.cuh"
 
 namespace goccl {
@@ -34,14 +43,16 @@ namespace goccl {
 template <typename T, typename Op>
 __device__ void cereduce(const Params& p) {
   const int me = p.rank, nr = p.nranks;
-  const u64 chunk = p.ceChunk, chunkBytes = chunk * sizeof(T);
+  const bool direct = (p.flags & kFlagCEDirect) != 0;
+  const u64 chunkBytes = p.ceChunk * sizeof(T);
   constexpr u64 V = 16 / sizeof(T);
   const u32* landed = (const u32*)(p.signals + kCEFlagOffset + kCELandedOff);
   u32* reduced = (u32*)(p.signals + kCEFlagOffset + kCEReducedOff);
   u32* counters = (u32*)(p.signals + kCECountOffset);
   const u32* abortp = (const u32*)p.abortFlag;
   __shared__ int s_abort;
-  for (u32 i = 0; i < p.ceChunks && (u64)i * chunk < p.count; i++) {
+  u64 base = 0;
+  for (u32 i = 0; i < p.ceChunks && base < p.count; i++) {
     const u32 v = p.ceSeq + i;
     const u32 slot = i % kCESlots;
     if (threadIdx.x == 0) s_abort = 0;
@@ -60,17 +71,18 @@ __device__ void cereduce(const Params& p) {
     if (s_abort) return;
 
     // This block's part of the chunk.
-    const u64 base = (u64)i * chunk;
-    const u64 n = min64(chunk, p.count - base);
+    const u64 n = min64(p.ceChunk, p.count - base);
     const u64 per = round_up(ceil_div(n, gridDim.x), V);
     const u64 lo = min64(per * blockIdx.x, n);
     const u64 len = min64(per, n - lo);
     if (len > 0) {
-      const char* stg = (const char*)p.peerStaging[me] + (u64)(i % p.ceDepth) * nr * chunkBytes;
-      const char* in[kMaxRanks];
-      for (int r = 0; r < nr; r++)
-        in[r] = r == me ? (const char*)p.send + (base + lo) * sizeof(T) : stg + r * chunkBytes + lo * sizeof(T);
       char* out[1] = {(char*)p.recv + (base + lo) * sizeof(T)};
+      const char* in[kMaxRanks];
+      const char* stg = (const char*)p.peerStaging[me] + (u64)(i % p.ceDepth) * nr * chunkBytes;
+      for (int r = 0; r < nr; r++) {
+        if (r == me) in[r] = (const char*)p.send + (base + lo) * sizeof(T);
+        else in[r] = direct ? out[0] : stg + r * chunkBytes + lo * sizeof(T);
+      }
       reduce_multi<T, Op>(out, 1, in, nr, len, nr);
     }
     bar_sync();
@@ -83,11 +95,12 @@ __device__ void cereduce(const Params& p) {
         counters[slot] = 0;
         fence_sys();
         st_release_sys(reduced + slot, v);
-        for (int r = 0; r < nr; r++)
+        for (int r = 0; r < nr && !direct; r++)
           if (r != me)
             st_release_sys((u32*)(p.peerSignals[r] + kCEFlagOffset + kCEFreeOff) + me * kCESlots + slot, v);
       }
     }
+    base += n;
   }
 }
 

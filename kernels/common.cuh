@@ -54,7 +54,7 @@ struct Params {
   u64 signals;           //  32: this rank's signal area
   u64 peerSignals[kMaxRanks];  //  40: every rank's signal area, by rank
   u64 peerStaging[kMaxRanks];  // 104: every rank's staging, by rank
-  u64 peerBuf[kMaxRanks];      // 168: registered inputs (zero-copy), by rank
+  u64 peerBuf[kMaxRanks];      // 168: reserved (unused)
   u64 slotBytes;         // 232: staging bytes per (half, source, block)
   i32 rank;              // 240
   i32 nranks;            // 244
@@ -68,7 +68,7 @@ struct Params {
   u32 ceDepth;           // 284: staging chunk slots per source (cereduce.cu)
 };                       // 288 bytes
 
-constexpr u32 kFlagZeroCopy = 1;  // peerBuf holds every rank's send buffer
+constexpr u32 kFlagCEDirect = 2;  // cereduce.cu: the peer's chunks land in recv itself
 
 // ---- memory access and synchronization primitives ------------------------------
 
@@ -239,9 +239,39 @@ __device__ __forceinline__ void copy1(char* dst, const char* src, u64 n) {
   copy_multi(d, 1, src, n);
 }
 
+// reduce_vec combines the 16-byte vectors v[0..nin) element by element, in
+// rank order, and finishes the result.
+template <typename T, typename Op>
+__device__ __forceinline__ V16 reduce_vec(const V16* v, int nin, int nranks) {
+  typedef Elem<T> E;
+  typedef typename E::Acc A;
+  typedef typename E::Raw R;
+  constexpr int V = 16 / sizeof(T);
+  union U { V16 v; R r[V]; };
+  U x;
+  x.v = v[0];
+  A acc[V];
+#pragma unroll
+  for (int j = 0; j < V; j++) acc[j] = E::load(x.r[j]);
+#pragma unroll
+  for (int k = 1; k < kMaxRanks; k++) {
+    if (k < nin) {
+      x.v = v[k];
+#pragma unroll
+      for (int j = 0; j < V; j++) acc[j] = Op::apply(acc[j], E::load(x.r[j]));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; j++) x.r[j] = E::store(Op::finish(acc[j], nranks));
+  return x.v;
+}
+
 // reduce_multi: out[k][i] = finish(in[0][i] op in[1][i] op ... op in[nin-1][i])
 // for each k < nout. Inputs are given in rank order so that every rank
-// computes bitwise identical results.
+// computes bitwise identical results. An output may be one of the inputs
+// (each element is read before it is written). With two inputs, each
+// thread issues the loads of four vectors before it combines any, so that
+// enough loads are in flight to keep HBM, or NVLink for a peer's input, busy.
 template <typename T, typename Op>
 __device__ __forceinline__ void reduce_multi(char* const* out, int nout, const char* const* in, int nin,
                                              u64 n, int nranks) {
@@ -256,30 +286,29 @@ __device__ __forceinline__ void reduce_multi(char* const* out, int nout, const c
   u64 done = 0;
   if ((bits & 15) == 0) {
     const u64 nv = n / V;
-    for (u64 i = tid; i < nv; i += nt) {
+    u64 i = tid;
+    if (nin == 2) {
+      for (; i + 3 * nt < nv; i += 4 * nt) {
+        V16 v[4][2];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          v[u][0] = ld16(in[0] + 16 * (i + u * nt));
+          v[u][1] = ld16(in[1] + 16 * (i + u * nt));
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const V16 r = reduce_vec<T, Op>(v[u], 2, nranks);
+          for (int k = 0; k < nout; k++) st16(out[k] + 16 * (i + u * nt), r);
+        }
+      }
+    }
+    for (; i < nv; i += nt) {
       V16 v[kMaxRanks];
 #pragma unroll
       for (int k = 0; k < kMaxRanks; k++)
         if (k < nin) v[k] = ld16(in[k] + 16 * i);
-      union U { V16 v; R r[V]; };
-      U acc0;
-      acc0.v = v[0];
-      A acc[V];
-#pragma unroll
-      for (int j = 0; j < V; j++) acc[j] = E::load(acc0.r[j]);
-#pragma unroll
-      for (int k = 1; k < kMaxRanks; k++) {
-        if (k < nin) {
-          U x;
-          x.v = v[k];
-#pragma unroll
-          for (int j = 0; j < V; j++) acc[j] = Op::apply(acc[j], E::load(x.r[j]));
-        }
-      }
-      U res;
-#pragma unroll
-      for (int j = 0; j < V; j++) res.r[j] = E::store(Op::finish(acc[j], nranks));
-      for (int k = 0; k < nout; k++) st16(out[k] + 16 * i, res.v);
+      const V16 r = reduce_vec<T, Op>(v, nin, nranks);
+      for (int k = 0; k < nout; k++) st16(out[k] + 16 * i, r);
     }
     done = nv * V;
   }

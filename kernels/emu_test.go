@@ -65,6 +65,8 @@ var emuScenarios = []struct {
 	{"ce2", false},
 	{"ce3", true},
 	{"ce4", true},
+	{"cedirect", true},
+	{"cedirectskew", false},
 	{"ceabort", true},
 	{"selftest", true},
 }
@@ -131,6 +133,35 @@ func TestKernelsOnCPU(t *testing.T) {
 			name: "chunks reduced before they land are reported",
 			args: []string{"-run", "ce2", "-limit", "1", "-inject", "nolandwait"},
 			want: []string{"FAIL ce2 call 0: ce_allreduce f32 sum", "rank=0: result: first wrong index", "FAIL ce2: 1 calls"},
+		},
+		{
+			// The same in direct mode: rank 0's land stream launches each
+			// chunk's kernel at once, while rank 1's chunks land in rank
+			// 0's recv 20 ms late.
+			name: "direct chunks reduced before they land are reported",
+			args: []string{"-run", "cedirect", "-limit", "1", "-inject", "nolandwait"},
+			want: []string{"FAIL cedirect call 0: ce_allreduce f32 sum", "direct rank=0: result: first wrong index", "FAIL cedirect: 1 calls"},
+		},
+		{
+			// Rank 0's push stream writes each direct chunk's data flag
+			// before its copy, which lands 20 ms later: rank 1's land
+			// stream launches the chunk's kernel, which reduces before
+			// rank 0's part of the chunk is there.
+			name: "a direct data flag written before its copy is reported",
+			args: []string{"-run", "cedirect", "-limit", "1", "-inject", "earlydata"},
+			want: []string{"FAIL cedirect call 0: ce_allreduce f32 sum", "direct rank=1: result: first wrong index", "FAIL cedirect: 1 calls"},
+		},
+		{
+			// A direct AllReduce of 31 f32 with a floor of 16 bytes: the
+			// pieces of 16 and 15 elements halve into 3 and 4 chunks.
+			// Counting only the first piece's, rather than the most of any
+			// piece's, rank 1's last chunk is never sent nor launched, so
+			// neither its elements nor reduced[0] (seq 0xffffffe7 + 3,
+			// written by the last chunk's kernel) get there.
+			name: "a direct AllReduce short of its last piece's chunks is reported",
+			args: []string{"-run", "cedirect", "-limit", "2", "-inject", "shortchunks"},
+			want: []string{"FAIL cedirect call 1: ce_allreduce f32 sum count=31", "rank=1: result: first wrong index 28",
+				"rank=1: reduced[0]: first wrong index 0 (1 wrong): got 0xffffffe9, want 0xffffffea", "FAIL cedirect: 2 calls"},
 		},
 	}
 	for _, c := range negative {

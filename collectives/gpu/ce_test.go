@@ -232,8 +232,8 @@ func path(t *testing.T, bes []*Backend, drvs []*fakeDriver, args func(r int) col
 			p = "kernel"
 		case len(launches) == 0 && waits > 0:
 			p = "ce"
-		case len(launches) == 1 && strings.HasPrefix(launches[0].name, "goccl_cereduce") && waits > 0:
-			p = "ce" // the copy engines move the data, a kernel reduces it
+		case len(launches) >= 1 && strings.HasPrefix(launches[0].name, "goccl_cereduce") && waits > 0:
+			p = "ce" // the copy engines move the data, kernels reduce it
 		default:
 			t.Fatalf("rank %d: neither path: %+v", r, ops)
 		}

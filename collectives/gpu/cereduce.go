@@ -41,11 +41,35 @@ import (
 // grows and Abort's rescue covers them all. The kernel's side of this is
 // kernels/cereduce.cu.
 //
+// Direct mode, at 2 ranks with both buffers registered (symmetric, so
+// every rank makes the same choice) and out of place: the peer's part of my
+// piece lands in my receive buffer itself rather than in staging, and a
+// kernel per chunk reduces there in place (recv = send op recv) and writes
+// reduced[0], which the spread stream waits on. Nothing is staged,
+// so no slot is reused (no free flags, no staging waits) and chunks may be
+// as large as the piece: they halve what is left of it down to a floor
+// (tuning.ceFloor), so that a handful of copies carries the message (each
+// copy costs the link about 5 us on 2x H200) while the last chunk, the
+// only one reduced after the last copy, stays small. ReduceScatter then
+// needs no done handshake either: no peer reads anything of this rank's
+// after the kernel has seen every chunk land. The peers' copies into my
+// output can only start after ready, i.e. once my stream has reached the
+// call. Each chunk's reduction is a kernel of its own, queued on the land
+// stream behind that chunk's waits (launchChunk), rather than one kernel
+// spinning through the whole call: on 2x H200 that took AllReduce at 1 GiB
+// from 330-337 to 375 GB/s and ReduceScatter from 337-343 to 363-370.
+// This is the mode the thresholds choose (from 512 MiB, where it passes the
+// kernels: docs/perf.md); the staging mode runs only when forced or given
+// a threshold explicitly.
+//
 // Limits: eager streams only (a stream being captured takes the kernels, as
 // for the other copy-engine calls); about 3 stream operations per chunk and
-// peer; and on 2x H200 each chunk costs a stall of about 10 us beyond its
-// copy, which leaves the path slower than the kernels (docs/perf.md), so it
-// runs only when forced or given a threshold (Thresholds.CopyEngine).
+// peer (direct mode: and a kernel launch per chunk); every rank must
+// register alike (both buffers or neither, at the same offsets), as the
+// choice of mode is made on each rank from what it sees; and on 2x H200 each chunk costs a stall of about 10 us beyond its
+// copy, which leaves the staging mode slower than the kernels
+// (docs/perf.md), so it runs only when forced or given a threshold
+// (GOCCL_TUNE ce.<coll>); direct mode pays the stall on a few large chunks.
 
 // ceMaxChunks bounds one call's chunks, so that flag values stay far from
 // wrapping into each other (cyclic compares span 2^31).
@@ -56,14 +80,16 @@ const ceMaxChunks = 1 << 24
 type cePlan struct {
 	es     uint64 // bytes per element
 	piece  uint64 // elements of every piece but the last ones (AllReduce)
-	chunk  uint64 // elements per chunk
-	chunks uint32 // per piece, the same for every piece
+	chunk  uint64 // elements per chunk (direct: the smallest chunk)
+	chunks uint32 // per piece: the most any piece takes, the same on every rank
 	depth  uint32 // staging slots per source
+	direct bool   // chunks land in the owner's receive buffer (2 ranks)
 }
 
-// planCEReduce cuts a call up; ok is false when the chunks would be too
-// many for the flags (the kernels take the call then).
-func (be *Backend) planCEReduce(a *collectives.Args) (cePlan, bool) {
+// planCEReduce cuts a call up, in direct mode or through staging; ok is
+// false when the chunks would be too many for the flags (the kernels take
+// the call then).
+func (be *Backend) planCEReduce(a *collectives.Args, direct bool) (cePlan, bool) {
 	es := uint64(a.Type.Size())
 	align := 16 / es
 	n := uint64(be.nranks)
@@ -71,18 +97,49 @@ func (be *Backend) planCEReduce(a *collectives.Args) (cePlan, bool) {
 	if a.Coll == collectives.AllReduce {
 		piece = roundUp(ceilDiv(piece, n), align)
 	}
+	pl := cePlan{es: es, piece: piece, depth: 1, direct: direct}
+	if direct {
+		// Every piece halves on its own, and a shorter piece (the
+		// AllReduce rounding) can take one chunk more than a full one.
+		pl.chunk = max(align, uint64(be.tune.ceFloor[a.Coll])/es/align*align)
+		chunks := uint64(0)
+		for r := range be.nranks {
+			length, k := pl.length(a, r), uint64(0)
+			for lo := uint64(0); lo < length; lo += pl.next(lo, length) {
+				k++
+			}
+			chunks = max(chunks, k)
+		}
+		pl.chunks = uint32(min(chunks, ceMaxChunks+1))
+		return pl, chunks <= ceMaxChunks
+	}
 	// At least two slots per source, so that a push overlaps a reduction.
 	chunkBytes := min(uint64(be.tune.ceChunk), be.ce.stageBytes/(2*n)) &^ 15
-	chunk := min(chunkBytes/es, roundUp(piece, align))
-	if chunk == 0 {
+	pl.chunk = min(chunkBytes/es, roundUp(piece, align))
+	if pl.chunk == 0 {
 		return cePlan{}, false
 	}
-	chunks := ceilDiv(piece, chunk)
+	chunks := ceilDiv(piece, pl.chunk)
 	if chunks > ceMaxChunks {
 		return cePlan{}, false
 	}
-	depth := min(ceSlots, be.ce.stageBytes/(n*chunk*es))
-	return cePlan{es: es, piece: piece, chunk: chunk, chunks: uint32(chunks), depth: uint32(depth)}, true
+	pl.chunks = uint32(chunks)
+	pl.depth = uint32(min(ceSlots, be.ce.stageBytes/(n*pl.chunk*es)))
+	return pl, true
+}
+
+// next is the length of the chunk that starts at lo of a piece of length
+// elements: the chunk size, or in direct mode half of what is left in
+// whole 16-byte vectors, at least the floor (each direct chunk's kernel is
+// then given that chunk alone: launchChunk).
+func (pl *cePlan) next(lo, length uint64) uint64 {
+	left := length - lo
+	c := pl.chunk
+	if pl.direct {
+		vec := 16 / pl.es
+		c = max(c, left/2/vec*vec)
+	}
+	return min(c, left)
 }
 
 // length is the elements of rank r's piece.
@@ -98,11 +155,20 @@ func (pl *cePlan) length(a *collectives.Args, r int) uint64 {
 // its length (0 past the piece's end).
 func (pl *cePlan) span(a *collectives.Args, r int, i uint32) (lo, n uint64) {
 	length := pl.length(a, r)
-	lo = uint64(i) * pl.chunk
-	if lo >= length {
-		return lo, 0
+	if !pl.direct {
+		lo = uint64(i) * pl.chunk
+		if lo >= length {
+			return lo, 0
+		}
+		return lo, min(pl.chunk, length-lo)
 	}
-	return lo, min(pl.chunk, length-lo)
+	for k := uint32(0); lo < length; k++ {
+		if n = pl.next(lo, length); k == i {
+			return lo, n
+		}
+		lo += n
+	}
+	return lo, 0
 }
 
 // ceReduce enqueues one copy-engine AllReduce or ReduceScatter whose chunk
@@ -129,7 +195,7 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 			return fmt.Errorf("fork: %w", err)
 		}
 	}
-	if err := be.cePush(a, pl, seq); err != nil {
+	if err := be.cePush(a, reg, pl, seq); err != nil {
 		return err
 	}
 	if err := be.ceLand(a, pl, seq); err != nil {
@@ -156,7 +222,11 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 	// the next call, a kernel's push included, may then overwrite. At
 	// AllReduce the peers' spread streams say so (they waited for every
 	// chunk the kernel reduced); at ReduceScatter the user stream, after
-	// the kernel.
+	// the kernel. A direct ReduceScatter stages nothing, so it is done
+	// when its kernel is.
+	if !spread && pl.direct {
+		return nil
+	}
 	if !spread {
 		if err := be.ceSignal(s, ceDoneOff, seq, allPeers); err != nil {
 			return err
@@ -167,8 +237,9 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 }
 
 // cePush enqueues on the push stream the copies of this rank's parts of
-// the peers' pieces into their staging, chunk by chunk.
-func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
+// the peers' pieces into their staging (direct: into their receive
+// buffers), chunk by chunk.
+func (be *Backend) cePush(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
 	drv, cx, ce := be.drv, be.ctx, &be.ce
 	chunkBytes := pl.chunk * pl.es
 	st := ce.red[redPush]
@@ -176,7 +247,17 @@ func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
 		for k := 1; k < be.nranks; k++ {
 			r := (be.rank + k) % be.nranks
 			lo, n := pl.span(a, r, i)
-			if n > 0 {
+			src := a.Send + uintptr((uint64(r)*pl.piece+lo)*pl.es)
+			switch {
+			case n > 0 && pl.direct:
+				dst := reg.region.Peers[r] + (a.Recv - reg.base) + uintptr(lo*pl.es)
+				if a.Coll == collectives.AllReduce {
+					dst += uintptr(uint64(r) * pl.piece * pl.es)
+				}
+				if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(src), n*pl.es, st); err != nil {
+					return fmt.Errorf("copy to rank %d: %w", r, err)
+				}
+			case n > 0:
 				if i >= pl.depth {
 					// r has reduced the chunk that last used this slot.
 					free := ce.local + ceFreeOff + 4*uintptr(r*ceSlots+int((i-pl.depth)%ceSlots))
@@ -186,7 +267,6 @@ func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
 				}
 				slot := uint64(i%pl.depth)*uint64(be.nranks) + uint64(be.rank)
 				dst := ce.staging[r] + uintptr(slot*chunkBytes)
-				src := a.Send + uintptr((uint64(r)*pl.piece+lo)*pl.es)
 				if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(src), n*pl.es, st); err != nil {
 					return fmt.Errorf("copy to rank %d: %w", r, err)
 				}
@@ -201,12 +281,13 @@ func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
 
 // ceLand enqueues on the land stream, for each chunk of this rank's piece,
 // the waits for every peer's copy of it and then the landed flag the
-// kernel polls.
+// kernel polls (direct mode: and that chunk's kernel).
 func (be *Backend) ceLand(a *collectives.Args, pl *cePlan, seq uint32) error {
 	drv, cx, ce := be.drv, be.ctx, &be.ce
 	land := ce.red[redLand]
 	for i := range pl.chunks {
-		if _, n := pl.span(a, be.rank, i); n == 0 {
+		lo, n := pl.span(a, be.rank, i)
+		if n == 0 {
 			break
 		}
 		if err := be.ceWait(land, ceDataOff, seq+i, allPeers); err != nil {
@@ -214,6 +295,11 @@ func (be *Backend) ceLand(a *collectives.Args, pl *cePlan, seq uint32) error {
 		}
 		if err := drv.StreamWriteValue32(cx, land, cuda.DevicePtr(ce.local+ceLandedOff), seq+i); err != nil {
 			return fmt.Errorf("landed: %w", err)
+		}
+		if pl.direct {
+			if err := be.launchChunk(a, pl, seq, i, lo, n); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -231,7 +317,11 @@ func (be *Backend) ceSpread(a *collectives.Args, reg *registration, pl *cePlan, 
 		if n == 0 {
 			break
 		}
-		reduced := ce.local + ceReducedOff + 4*uintptr(i%ceSlots)
+		slot := i % ceSlots
+		if pl.direct {
+			slot = 0 // each chunk's kernel reduces one chunk (launchChunk)
+		}
+		reduced := ce.local + ceReducedOff + 4*uintptr(slot)
 		if err := drv.StreamWaitValue32(cx, st, cuda.DevicePtr(reduced), seq+i, true); err != nil {
 			return fmt.Errorf("wait for the reduction: %w", err)
 		}
@@ -250,17 +340,43 @@ func (be *Backend) ceSpread(a *collectives.Args, reg *registration, pl *cePlan, 
 // launchCEReduce launches the kernel that reduces this rank's piece as its
 // chunks land.
 func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) error {
+	if pl.direct {
+		return nil // ceLand launches one kernel per chunk
+	}
 	at := uintptr(uint64(be.rank) * pl.piece * pl.es)
 	recv := a.Recv
 	if a.Coll == collectives.AllReduce {
 		recv += at
 	}
 	be.prm.setCall(a.Send+at, recv, pl.length(a, be.rank), 0, int(pl.es))
-	be.prm.setCE(pl.chunks, pl.chunk, seq, pl.depth)
+	be.prm.setCE(pl.chunks, pl.chunk, seq, pl.depth, false)
+	return be.launchCE(a, cuda.Stream(a.Stream))
+}
+
+// launchChunk launches, in direct mode, the kernel for chunk i of this
+// rank's piece alone (lo, n elements) on the land stream, behind the waits
+// for that chunk: one chunk as the whole piece, so that its kernel finds
+// landed already written and publishes reduced[0] = seq+i when done.
+// Launched this way no kernel spins on an SM while the copies run (one
+// spinning kernel for the whole call measured 330-343 GB/s at 1 GiB, these
+// 363-376: docs/perf.md); the launches queue on the stream ahead of time,
+// so the next chunk's kernel starts as soon as its data has landed.
+func (be *Backend) launchChunk(a *collectives.Args, pl *cePlan, seq, i uint32, lo, n uint64) error {
+	at := uintptr((uint64(be.rank)*pl.piece + lo) * pl.es)
+	recv := a.Recv + uintptr(lo*pl.es)
+	if a.Coll == collectives.AllReduce {
+		recv = a.Recv + at
+	}
+	be.prm.setCall(a.Send+at, recv, n, 0, int(pl.es))
+	be.prm.setCE(1, n, seq+i, 1, true)
+	return be.launchCE(a, be.ce.red[redLand])
+}
+
+func (be *Backend) launchCE(a *collectives.Args, s cuda.Stream) error {
 	cfg := cuda.LaunchConfig{
 		Grid:   cuda.Dim3{X: uint32(be.tune.ceGrid), Y: 1, Z: 1},
 		Block:  cuda.Dim3{X: threads, Y: 1, Z: 1},
-		Stream: cuda.Stream(a.Stream),
+		Stream: s,
 	}
 	if err := be.drv.LaunchKernel(be.ctx, be.fns.get(famCEReduce, a.Type, a.Op), cfg, be.prm[:]); err != nil {
 		return fmt.Errorf("launch: %w", err)

@@ -34,31 +34,41 @@ func ceReduceModel(o fakeOp) ([]fakeOp, error) {
 	signals := uintptr(u64(offSignals))
 	me, nr := int(u32(offRank)), int(u32(offNRanks))
 	chunks, chunk, seq, depth := u32(offCEChunks), u64(offCEChunk), u32(offCESeq), u32(offCEDepth)
-	if depth < 2 || depth > ceSlots || chunk == 0 {
-		return nil, fmt.Errorf("%s: depth %d chunk %d", o.name, depth, chunk)
+	direct := u32(offFlags)&flagCEDirect != 0
+	if chunk == 0 || (!direct && (depth < 2 || depth > ceSlots)) || (direct && nr != 2) {
+		return nil, fmt.Errorf("%s: depth %d chunk %d direct %v at %d ranks", o.name, depth, chunk, direct, nr)
 	}
+	// The chunks as the kernel cuts them (direct mode: one chunk, the
+	// whole piece, per launch).
+	if direct && chunks != 1 {
+		return nil, fmt.Errorf("%s: direct launch of %d chunks, want 1", o.name, chunks)
+	}
+	span := func(base uint64) uint64 { return min(chunk, count-base) }
 	var steps []fakeOp
-	for i := uint32(0); i < chunks && uint64(i)*chunk < count; i++ {
-		v := seq + i
+	base := uint64(0)
+	for i := uint32(0); i < chunks && base < count; i++ {
+		v, lo, n := seq+i, base, span(base)
+		base += n
 		steps = append(steps, fakeOp{kind: "wait", stream: o.stream, dst: signals + ceFlagOff + ceLandedOff, val: v, geq: true})
 		steps = append(steps, fakeOp{kind: "run", stream: o.stream, name: o.name, run: func(m *simMem) error {
-			base := uint64(i) * chunk
-			n := min(chunk, count-base)
 			slot := uintptr(u64(offPeerStaging+8*me)) + uintptr(uint64(i%depth)*uint64(nr)*chunk*4)
 			ins := make([][]byte, nr)
 			for r := range nr {
 				ins[r] = make([]byte, 4*n)
 				src := slot + uintptr(uint64(r)*chunk*4)
-				if r == me {
-					src = send + uintptr(base*4)
+				switch {
+				case r == me:
+					src = send + uintptr(lo*4)
+				case direct:
+					src = recv + uintptr(lo*4)
 				}
 				m.read(src, ins[r])
 			}
-			m.write(recv+uintptr(base*4), sumInt32(ins))
+			m.write(recv+uintptr(lo*4), sumInt32(ins))
 			word := binary.LittleEndian.AppendUint32(nil, v)
 			m.write(signals+ceFlagOff+ceReducedOff+4*uintptr(i%ceSlots), word)
 			for r := range nr {
-				if r != me {
+				if r != me && !direct {
 					peer := uintptr(u64(offPeerSignals + 8*r))
 					m.write(peer+ceFlagOff+ceFreeOff+4*uintptr(me*ceSlots+int(i%ceSlots)), word)
 				}
@@ -132,7 +142,7 @@ func TestCEReducePlanUnderTheTestTuning(t *testing.T) {
 	recv, _ := allocAll(t, bes, 1<<20)
 	a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 0), Recv: recv[0], Count: 40001,
 		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
-	pl, ok := bes[0].planCEReduce(&a)
+	pl, ok := bes[0].planCEReduce(&a, false)
 	require.True(t, ok)
 	assert.Equal(t, cePlan{es: 4, piece: 20004, chunk: 256, chunks: 79, depth: 4}, pl)
 	for _, c := range ceReduceCalls(2) {
@@ -203,4 +213,171 @@ func TestCEReduceAbortReleasesStreamWaits(t *testing.T) {
 	drvs[0].ops = recorded
 	bes[0].Abort(fmt.Errorf("rank 1 is gone"))
 	require.NoError(t, simulate(newSimMem(), drvs, rand.New(rand.NewPCG(1, 2))), "the rescue write releases every wait")
+}
+
+// ceDirectTune gives the direct mode floors of 1 KiB (AllReduce) and 256
+// bytes (ReduceScatter), so that a few thousand elements already take
+// several halving chunks, and leaves the staging mode as ceReduceTune
+// sets it for the in-place calls, which direct mode cannot take.
+func ceDirectTune(t *testing.T) {
+	t.Setenv(EnvTune, "slot=16,cechunk=1K,cefloor.all_reduce=1K,cefloor.reduce_scatter=256,"+
+		"ce.all_reduce=0,ce.reduce_scatter=0,ce.broadcast=0,ce.all_gather=0")
+}
+
+// newDirectBackends is 2 ranks with registered inputs and outputs.
+func newDirectBackends(t *testing.T) (bes []*Backend, drvs []*fakeDriver, recv, send []uintptr) {
+	t.Helper()
+	bes, drvs, _ = newFakeBackends(t, 2, Config{})
+	size := uint64(2*(40001+5)*4 + simGuard)
+	recv, _ = allocAll(t, bes, size)
+	send, _ = allocAll(t, bes, size)
+	return bes, drvs, recv, send
+}
+
+// The direct mode's halving chunks, as the kernel cuts them.
+func TestCEDirectPlan(t *testing.T) {
+	ceDirectTune(t)
+	bes, _, recv, send := newDirectBackends(t)
+	a := collectives.Args{Coll: collectives.AllReduce, Send: send[0], Recv: recv[0], Count: 40001,
+		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+	pl, ok := bes[0].planCEReduce(&a, true)
+	require.True(t, ok)
+	assert.Equal(t, cePlan{es: 4, piece: 20004, chunk: 256, chunks: 8, depth: 1, direct: true}, pl)
+	var spans [2][][2]uint64
+	for r := range 2 {
+		for i := range pl.chunks {
+			lo, n := pl.span(&a, r, i)
+			spans[r] = append(spans[r], [2]uint64{lo, n})
+		}
+	}
+	assert.Equal(t, [][2]uint64{{0, 10000}, {10000, 5000}, {15000, 2500}, {17500, 1252}, {18752, 624},
+		{19376, 312}, {19688, 256}, {19944, 60}}, spans[0])
+	// Rank 1's piece is 19997 elements: its own halving.
+	assert.Equal(t, [][2]uint64{{0, 9996}, {9996, 5000}, {14996, 2500}, {17496, 1248}, {18744, 624},
+		{19368, 312}, {19680, 256}, {19936, 61}}, spans[1])
+
+	// A full piece of 16 floors halves into 5 chunks, the piece 3
+	// elements shorter into 6: the call takes 6 (the plan found on the GPU
+	// missing the last one).
+	a.Count = 2*4096 - 3
+	pl, ok = bes[0].planCEReduce(&a, true)
+	require.True(t, ok)
+	assert.Equal(t, uint32(6), pl.chunks)
+	lo, n := pl.span(&a, 1, 5)
+	assert.Equal(t, [2]uint64{4092, 1}, [2]uint64{lo, n})
+}
+
+// directFlag is whether the reduction kernel rank r launched last runs
+// in direct mode.
+func directFlag(t *testing.T, d *fakeDriver) bool {
+	t.Helper()
+	var flags uint32
+	found := false
+	for _, o := range d.ops {
+		if o.kind == "launch" && o.name == "goccl_cereduce_i32_sum" {
+			flags, found = binary.LittleEndian.Uint32(o.data[offFlags:]), true
+		}
+	}
+	require.True(t, found, "no copy-engine reduction launched")
+	return flags&flagCEDirect != 0
+}
+
+// Direct mode runs out of place with both buffers registered at 2 ranks,
+// and nowhere else (the staging mode or the kernels take those calls).
+func TestCEDirectChoice(t *testing.T) {
+	ceDirectTune(t)
+	bes, drvs, recv, send := newDirectBackends(t)
+	for _, tc := range []struct {
+		name    string
+		coll    collectives.Collective
+		inPlace bool
+		regSend bool
+		direct  bool
+	}{
+		{"all_reduce out of place", collectives.AllReduce, false, true, true},
+		{"reduce_scatter out of place", collectives.ReduceScatter, false, true, true},
+		{"all_reduce in place", collectives.AllReduce, true, true, false},
+		{"reduce_scatter in place", collectives.ReduceScatter, true, true, false},
+		{"all_reduce, input not registered", collectives.AllReduce, false, false, false},
+		{"reduce_scatter, input not registered", collectives.ReduceScatter, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := path(t, bes, drvs, func(r int) collectives.Args {
+				a := collectives.Args{Coll: tc.coll, Send: rankAddr(sendBase, r), Recv: recv[r], Count: 4096,
+					Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+				switch {
+				case tc.inPlace && tc.coll == collectives.ReduceScatter:
+					a.Send = recv[r] - uintptr(r*4096*4)
+				case tc.inPlace:
+					a.Send = recv[r]
+				case tc.regSend:
+					a.Send = send[r]
+				}
+				return a
+			})
+			require.Equal(t, "ce", p)
+			for r := range 2 {
+				assert.Equal(t, tc.direct, directFlag(t, drvs[r]), "rank %d", r)
+			}
+		})
+	}
+}
+
+// ceDirectCalls mixes direct calls (out of place) with staged ones (in
+// place) and the other copy-engine collectives.
+func ceDirectCalls() []simCall {
+	var calls []simCall
+	for i, count := range []int{1, 7, 1023, 4096, 3, 8189, 40001} {
+		calls = append(calls,
+			simCall{coll: collectives.AllReduce, count: count},
+			simCall{coll: collectives.ReduceScatter, count: count},
+			simCall{coll: collectives.AllReduce, count: count + 5, inPlace: i%3 == 0},
+			simCall{coll: collectives.AllGather, count: count},
+			simCall{coll: collectives.ReduceScatter, count: count + 2, inPlace: i%3 == 1},
+			simCall{coll: collectives.AllReduce, count: count + 1},
+		)
+	}
+	return calls
+}
+
+func TestCEDirectSimulated(t *testing.T) {
+	ceDirectTune(t)
+	bes, drvs, recv, send := newDirectBackends(t)
+	seeds := uint64(8)
+	if testing.Short() {
+		seeds = 3
+	}
+	for seed := range seeds {
+		require.Empty(t, runSimSend(t, bes, drvs, recv, send, ceDirectCalls(), seed, nil), "seed %d", seed)
+	}
+}
+
+// Each ordering direct mode relies on must be able to fail the model:
+// ready (a peer lands its chunk in our output before our stream reached
+// the call, over our read-back of the last one), the landing and reduced
+// waits, and AllReduce's done.
+func TestCEDirectSimulationCatchesMissingOrdering(t *testing.T) {
+	ceDirectTune(t)
+	flagOff := func(o fakeOp) uintptr { return (o.dst - wsBase) & 0xffffffff }
+	within := func(lo, hi uintptr) func(fakeOp) bool {
+		return func(o fakeOp) bool {
+			return o.kind == "wait" && flagOff(o) >= ceFlagOff+lo && flagOff(o) < ceFlagOff+hi
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		drop func(fakeOp) bool
+	}{
+		{"ready waits", within(ceReadyOff, ceDoneOff)},
+		{"done waits", within(ceDoneOff, ceDataOff)},
+		{"landing waits", within(ceDataOff, ceLandedOff)},
+		{"reduced waits", within(ceReducedOff, ceFreeOff)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bes, drvs, recv, send := newDirectBackends(t)
+			mustExpose(t, tc.name, 8, func(seed uint64) []string {
+				return runSimSend(t, bes, drvs, recv, send, ceDirectCalls(), seed, tc.drop)
+			})
+		})
+	}
 }

@@ -189,6 +189,28 @@ func TestGPUCopyEngine(t *testing.T) {
 	}
 }
 
+// mixCall is one kind of call in a back-to-back mix: the collective,
+// where a rank's output goes, and the count.
+type mixCall struct {
+	coll  collectives.Collective
+	recv  func(rank int) uintptr
+	count int
+}
+
+// runMix enqueues calls float32 sums of r.send, the kinds taking turns, on
+// every rank's stream with no host synchronization in between.
+func (r *rig) runMix(t *testing.T, calls int, kinds []mixCall) {
+	t.Helper()
+	for i := range calls {
+		k := kinds[i%len(kinds)]
+		for rank, be := range r.bes {
+			a := collectives.Args{Coll: k.coll, Send: uintptr(r.send[rank]), Recv: k.recv(rank), Count: k.count,
+				Type: collectives.Float32, Op: collectives.Sum, Stream: uintptr(r.streams[rank])}
+			require.NoError(t, be.Run(context.Background(), &a))
+		}
+	}
+}
+
 // TestGPUCopyEngineReductions runs AllReduce into registered buffers and
 // ReduceScatter on the copy-engine reductions (forced at small sizes, by
 // size from 1 MiB), with staging small enough (slot=4K: 2 MiB per rank at 2
@@ -241,25 +263,85 @@ func TestGPUCopyEngineReductions(t *testing.T) {
 	ins := r.sendRandom(t, rng, collectives.Float32, count)
 	before := r.bes[0].ce.seq
 	rsCount := count / n
-	for i := range 300 {
-		for rank, be := range r.bes {
-			a := collectives.Args{Send: uintptr(r.send[rank]), Count: count, Type: collectives.Float32, Op: collectives.Sum, Stream: uintptr(r.streams[rank])}
-			switch i % 3 {
-			case 0:
-				a.Coll, a.Recv = collectives.AllReduce, uintptr(r.recv[rank])
-			case 1:
-				a.Coll, a.Recv, a.Count = collectives.ReduceScatter, uintptr(r.recv[rank])+count*4, rsCount
-			default:
-				a.Coll, a.Recv = collectives.AllReduce, uintptr(plain[rank])
-			}
-			require.NoError(t, be.Run(context.Background(), &a))
-		}
-	}
+	r.runMix(t, 300, []mixCall{
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) }, count},
+		{collectives.ReduceScatter, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 }, rsCount},
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(plain[rank]) }, count},
+	})
 	r.sync(t)
 	require.Greater(t, r.bes[0].ce.seq-before, uint32(200*16), "copy-engine calls of many chunks each")
 	for rank := range r.bes {
 		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: copy-engine allreduce", rank)
 		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, rank*rsCount, r.get(t, rank, r.recv[rank]+count*4, rsCount*4), rsCount), "rank %d: copy-engine reducescatter", rank)
 		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, plain[rank], count*4), count), "rank %d: kernel allreduce", rank)
+	}
+}
+
+// TestGPURegisteredReductions runs AllReduce and ReduceScatter with both
+// buffers registered: the kernels below 1 MiB, and from there (the test
+// lowers the thresholds, and the floors so that 4 MiB already makes several
+// halving chunks) the copy engines' direct mode out of place and their
+// staging mode in place. Then a back-to-back mix of the three on one stream.
+func TestGPURegisteredReductions(t *testing.T) {
+	t.Setenv(EnvTune, "ce.all_reduce=1M,ce.reduce_scatter=1M,cefloor.all_reduce=128K,cefloor.reduce_scatter=64K")
+	n := rigRanks(t)
+	const capBytes = 8 << 20
+	r := newRig(t, n, uint64(capBytes))
+	r.requireCE(t)
+	plainSend, plainRecv := r.send, r.recv
+	r.send = r.registeredRecv(t, uint64(capBytes+guard))
+	r.recv = r.registeredRecv(t, uint64(capBytes+guard))
+	t.Cleanup(func() { r.send, r.recv = plainSend, plainRecv }) // before the rig frees them
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, c := range []collectives.Collective{collectives.AllReduce, collectives.ReduceScatter} {
+		for _, dt := range []collectives.DataType{collectives.Int8, collectives.Int32, collectives.Float16, collectives.Float32, collectives.BFloat16, collectives.Float64} {
+			for _, op := range []collectives.Op{collectives.Sum, collectives.Prod, collectives.Min, collectives.Max, collectives.Avg} {
+				for i, count := range []int{1, 7, 4095, 65537, (1<<20 + 3) / dt.Size(), (4<<20 - 5) / dt.Size()} {
+					if c == collectives.ReduceScatter {
+						count = min(count, (capBytes-dt.Size())/n/dt.Size())
+					}
+					for _, inPlace := range []bool{false, true} {
+						misalign := i == 2
+						if err := r.gpuCase(t, rng, c, dt, op, count, inPlace, misalign, 0); err != nil {
+							t.Errorf("%s %s %s count=%d inplace=%v misalign=%v: %v", c, dt, op, count, inPlace, misalign, err)
+						}
+					}
+				}
+			}
+		}
+	}
+
+	// Back to back, no host synchronization: direct copy-engine AllReduce
+	// and ReduceScatter, a kernel AllReduce below the threshold on the same
+	// buffers and one into unregistered memory, 400 calls; then every last
+	// result.
+	const count = 1 << 20 // float32: 4 MiB per rank
+	ins := r.sendRandom(t, rng, collectives.Float32, count)
+	before := r.bes[0].ce.seq
+	rsCount, smallCount := count/n, 1<<16
+	r.runMix(t, 400, []mixCall{
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) }, count},
+		{collectives.ReduceScatter, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 }, rsCount},
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 + uintptr(rsCount*4) }, smallCount},
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(plainRecv[rank]) }, count},
+	})
+	r.sync(t)
+	// 100 calls each of the two copy-engine reductions, a flag value per
+	// chunk as planned.
+	var perRound uint32
+	for _, a := range []collectives.Args{
+		{Coll: collectives.AllReduce, Count: count, Type: collectives.Float32},
+		{Coll: collectives.ReduceScatter, Count: rsCount, Type: collectives.Float32},
+	} {
+		pl, ok := r.bes[0].planCEReduce(&a, n == 2)
+		require.True(t, ok)
+		perRound += pl.chunks
+	}
+	require.Equal(t, 100*perRound, r.bes[0].ce.seq-before, "copy-engine flag values")
+	for rank := range r.bes {
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: direct allreduce", rank)
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, rank*rsCount, r.get(t, rank, r.recv[rank]+count*4, rsCount*4), rsCount), "rank %d: direct reducescatter", rank)
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank]+count*4+cuda.DevicePtr(rsCount*4), smallCount*4), smallCount), "rank %d: small kernel allreduce", rank)
+		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, plainRecv[rank], count*4), count), "rank %d: kernel allreduce", rank)
 	}
 }

@@ -77,9 +77,16 @@ func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize in
 	p.u32(offElemSize, uint32(elemSize))
 }
 
+// Launch flags (Params.flags).
+const flagCEDirect = 2 // kFlagCEDirect: the peer's chunks land in recv itself
+
 // setCE writes the copy-engine reduction's fields (cereduce.cu): chunks
-// per call, elements per chunk, chunk 0's flag value, staging depth.
-func (p *params) setCE(chunks uint32, chunk uint64, seq, depth uint32) {
+// per launch, elements per chunk, chunk 0's flag value, staging depth, and
+// the direct mode's flag. Call after setCall.
+func (p *params) setCE(chunks uint32, chunk uint64, seq, depth uint32, direct bool) {
+	if direct {
+		p.u32(offFlags, flagCEDirect)
+	}
 	p.u32(offCEChunks, chunks)
 	p.u64(offCEChunk, chunk)
 	p.u32(offCESeq, seq)

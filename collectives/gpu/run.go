@@ -69,28 +69,37 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 }
 
 // tryCE runs a call the thresholds gave the copy engines, where they can
-// take it: Broadcast, AllGather and AllReduce into registered buffers,
-// ReduceScatter into any, a reduction's chunks within the flags' range,
-// and not while the stream is being captured (a host-side sequence number
-// would be replayed frozen; kernels keep their epochs on the device).
-// taken is false when the kernels must serve the call instead.
+// take it: Broadcast and AllGather into registered buffers; AllReduce and
+// ReduceScatter in direct mode (cereduce.go: 2 ranks, both buffers
+// registered, out of place), or through staging where forced or given a
+// threshold explicitly (AllReduce into registered buffers, ReduceScatter
+// into any); a reduction's chunks within the flags' range; and not while
+// the stream is being captured (a host-side sequence number would be
+// replayed frozen; kernels keep their epochs on the device). taken is false
+// when the kernels must serve the call instead.
 func (be *Backend) tryCE(a *collectives.Args, bytes int64) (taken bool, err error) {
-	var reg *registration
-	if a.Coll != collectives.ReduceScatter {
-		if reg = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))); reg == nil {
-			return false, nil
-		}
-	}
+	reg := be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
 	var (
 		plan cePlan
 		pl   *cePlan // a reduction's plan, nil otherwise
 	)
 	if a.Coll.Reduces() {
+		// Symmetric registration puts both buffers at the same offsets on
+		// every rank, so every rank sees the same in-place-ness.
+		direct := be.nranks == 2 && be.tune.ceDirect && reg != nil && !a.InPlace(be.rank) &&
+			be.lookup(a.Send, uint64(a.SendBytes(be.nranks))) != nil
+		staged := be.forced == collectives.CopyEngine || be.tune.ceExplicit[a.Coll]
+		if !direct && !staged {
+			return false, nil
+		}
 		var ok bool
-		if plan, ok = be.planCEReduce(a); !ok {
+		if plan, ok = be.planCEReduce(a, direct); !ok {
 			return false, nil
 		}
 		pl = &plan
+	}
+	if reg == nil && (a.Coll != collectives.ReduceScatter || pl.direct) {
+		return false, nil
 	}
 	capturing, err := be.drv.StreamIsCapturing(be.ctx, cuda.Stream(a.Stream))
 	if err != nil {

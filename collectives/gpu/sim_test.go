@@ -192,6 +192,13 @@ const simGuard = 64
 // every read-back against the expected output (and the guard bytes).
 func runSim(t *testing.T, bes []*Backend, drvs []*fakeDriver, recv []uintptr, calls []simCall, seed uint64, drop func(fakeOp) bool) []string {
 	t.Helper()
+	return runSimSend(t, bes, drvs, recv, nil, calls, seed, drop)
+}
+
+// runSimSend is runSim with the out-of-place inputs in sends[r] (nil: in
+// unregistered memory at sendBase).
+func runSimSend(t *testing.T, bes []*Backend, drvs []*fakeDriver, recv, sends []uintptr, calls []simCall, seed uint64, drop func(fakeOp) bool) []string {
+	t.Helper()
 	n := len(bes)
 	mem := newSimMem()
 	type readback struct {
@@ -222,6 +229,9 @@ func runSim(t *testing.T, bes []*Backend, drvs []*fakeDriver, recv []uintptr, ca
 			poison := byte(0xA0 + ci%16)
 			require.NoError(t, drv.MemsetD8Async(be.ctx, cuda.DevicePtr(recv[r]), poison, uint64(span+simGuard), userStream))
 			send := rankAddr(sendBase, r)
+			if sends != nil {
+				send = sends[r]
+			}
 			if c.inPlace {
 				// NCCL's in-place layouts: AllGather's input is the rank's
 				// slot of the output, ReduceScatter's output its slot of the

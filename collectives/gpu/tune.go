@@ -14,9 +14,9 @@ import (
 // algorithm thresholds, for tuning runs on a new machine: a comma-separated
 // list of key=value, sizes in nccl-tests' spelling, e.g.
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
-// llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk and
-// cegrid (copy-engine reductions), ll.<coll>, ce.<coll> (coll as
-// nccl-tests spells it).
+// llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
+// cegrid, cedirect (0 or 1) and cefloor.<coll> (copy-engine reductions),
+// ll.<coll>, ce.<coll> (coll as nccl-tests spells it).
 // Every rank must be given the same value: New fails otherwise, as
 // mismatched launch shapes would leave ranks waiting forever.
 const EnvTune = "GOCCL_TUNE"
@@ -36,10 +36,16 @@ type tuning struct {
 	// none carries more than its line buffer holds.
 	llBlock int64
 	// The copy-engine reductions (cereduce.go): the most bytes per chunk
-	// (less where the staging holds fewer than two per source) and the
-	// reducing kernel's blocks.
-	ceChunk int64
-	ceGrid  int
+	// through staging (less where the staging holds fewer than two per
+	// source), the smallest chunk in direct mode per collective, the
+	// reducing kernel's blocks, whether direct mode may run, and which
+	// collectives were given a threshold explicitly (the staging mode runs
+	// only then or when forced).
+	ceChunk    int64
+	ceFloor    [collectives.NumCollectives]int64
+	ceGrid     int
+	ceDirect   bool
+	ceExplicit [collectives.NumCollectives]bool
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -48,7 +54,12 @@ const (
 	defaultBlockBytes = 16 << 10
 	defaultLLBlock    = 2 << 10
 	defaultCEChunk    = 8 << 20
-	defaultCEGrid     = 32
+	defaultCEGrid     = 128
+	// The direct mode's last chunks: an AllReduce's last reduction hides
+	// behind the spreads of the chunks before it, a ReduceScatter's does
+	// not (scripts/gpu/probe, docs/perf.md).
+	defaultCEFloorAllReduce     = 32 << 20
+	defaultCEFloorReduceScatter = 16 << 20
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
 	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
 	stagingBudget = 64 << 20
@@ -71,7 +82,10 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		llBlock:    defaultLLBlock,
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,
+		ceDirect:   true,
 	}
+	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
+	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg
 		t.ceGrid = min(t.ceGrid, maxBlocksCfg)
@@ -98,6 +112,13 @@ func (t *tuning) parse(spec string) error {
 }
 
 func (t *tuning) set(key, val string) error {
+	if key == "cedirect" {
+		if val != "0" && val != "1" {
+			return fmt.Errorf("want 0 or 1: %w", collectives.ErrInvalidArgument)
+		}
+		t.ceDirect = val == "1"
+		return nil
+	}
 	if key == "grid" || key == "cegrid" {
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 1 || n > maxBlocks {
@@ -137,6 +158,9 @@ func (t *tuning) set(key, val string) error {
 			t.th.LL[c] = v
 		case ok && kind == "ce" && c != collectives.Reduce:
 			t.th.CopyEngine[c] = v
+			t.ceExplicit[c] = true
+		case ok && kind == "cefloor" && (c == collectives.AllReduce || c == collectives.ReduceScatter):
+			t.ceFloor[c] = v
 		default:
 			return fmt.Errorf("unknown key: %w", collectives.ErrInvalidArgument)
 		}
@@ -150,6 +174,8 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: block sizes must be positive: %w", EnvTune, collectives.ErrInvalidArgument)
 	case t.ceChunk < 16 || t.ceChunk%16 != 0:
 		return fmt.Errorf("%s: cechunk %d: want a positive multiple of 16: %w", EnvTune, t.ceChunk, collectives.ErrInvalidArgument)
+	case t.ceFloor[collectives.AllReduce] < 16 || t.ceFloor[collectives.ReduceScatter] < 16:
+		return fmt.Errorf("%s: cefloor: want at least 16 bytes: %w", EnvTune, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
 		return fmt.Errorf("%s: slot %d: want a multiple of 16 up to 1M: %w", EnvTune, t.slot, collectives.ErrInvalidArgument)
 	case t.th.LL[collectives.AllReduce] > llMaxBytes:

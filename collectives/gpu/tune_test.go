@@ -31,12 +31,21 @@ func TestTuningParse(t *testing.T) {
 		{"ce.broadcast=64M,ce.all_gather=16M", func(t *tuning) {
 			t.th.CopyEngine[collectives.Broadcast] = 64 << 20
 			t.th.CopyEngine[collectives.AllGather] = 16 << 20
+			t.ceExplicit[collectives.Broadcast], t.ceExplicit[collectives.AllGather] = true, true
 		}, ""},
 		{"ce.all_reduce=1M,ce.reduce_scatter=2M,cechunk=64K,cegrid=8", func(t *tuning) {
 			t.th.CopyEngine[collectives.AllReduce] = 1 << 20
 			t.th.CopyEngine[collectives.ReduceScatter] = 2 << 20
+			t.ceExplicit[collectives.AllReduce], t.ceExplicit[collectives.ReduceScatter] = true, true
 			t.ceChunk, t.ceGrid = 64<<10, 8
 		}, ""},
+		{"cedirect=0,cefloor.all_reduce=8M,cefloor.reduce_scatter=1M", func(t *tuning) {
+			t.ceDirect = false
+			t.ceFloor[collectives.AllReduce], t.ceFloor[collectives.ReduceScatter] = 8<<20, 1<<20
+		}, ""},
+		{"cedirect=yes", nil, "want 0 or 1"},
+		{"cefloor.all_reduce=8", nil, "at least 16 bytes"},
+		{"cefloor.broadcast=8M", nil, "unknown key"},
 		{"grid=0", nil, "grid=0"},
 		{"cegrid=129", nil, "cegrid=129"},
 		{"cechunk=100", nil, "cechunk 100"},

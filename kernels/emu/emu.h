@@ -42,9 +42,15 @@ double emu_now();
 struct EmuOptions {
   int timeout = 30;    // seconds a block (or a copy stream's wait) may take
   uint64_t seed = 1;   // of the scenarios' random choices
-  std::string inject;  // a fault on purpose: corrupt, hang, nofreewait, nolandwait
+  std::string inject;  // a fault on purpose: see injections()
   long limit = -1;     // launches (calls) per scenario; -1: all
 };
+
+// injections are the faults -inject takes (emu_main.cc's header says what each breaks).
+inline const std::vector<std::string>& injections() {
+  static const std::vector<std::string> v = {"corrupt", "hang", "nofreewait", "nolandwait", "earlydata", "shortchunks"};
+  return v;
+}
 
 // The copy-engine reductions' scenarios (emu_ce.cc), by group name.
 std::vector<std::string> ce_groups();

@@ -7,7 +7,8 @@
 // data[me] = seq + i), its land stream (once every peer's chunk i of its own
 // piece arrived, landed = seq + i, which the kernel polls) and, for
 // AllReduce, its spread stream (each reduced chunk into every peer's
-// output, then done[me] = seq), launches the kernel's blocks, joins the
+// output, then done[me] = seq), launches the kernel's blocks (staged
+// calls; direct ones: see below), joins the
 // streams (ReduceScatter: then done[me] = seq into every peer's flag area),
 // waits for the peers' done and checks: results
 // against the reference, canaries, unchanged inputs, and the flag area
@@ -16,6 +17,17 @@
 // values are seq .. seq+chunks-1 and the next call's seq is seq+chunks, as
 // the host counts them, and scenarios start near 2^32 or 2^31 so that the
 // cyclic compares wrap.
+//
+// Direct calls (2 ranks, out of place, cereduce.cu's kFlagCEDirect) have
+// the peer's push stream copy straight into the owner's recv; nothing is
+// staged (the kernel gets no staging pointers, so a stray access faults),
+// chunks halve what is left of a piece down to the floor (the host cuts
+// them), and no kernel runs on the user's stream: the land stream, behind
+// each chunk's waits and landed, launches the kernel for that chunk alone
+// (its own grid of block processes; one after the other, in stream order),
+// which reduces recv = send op recv in place, publishes reduced[0] (the
+// spread stream waits on slot 0) and writes no free flags. A direct
+// ReduceScatter has no done handshake at all.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +46,6 @@ using namespace emu_ce;
 using goccl::Params;
 
 const char* const kCeName[2] = {"ce_allreduce", "ce_reducescatter"};
-constexpr int kSlowUs = 100;
 
 // ---- scenarios -------------------------------------------------------------------
 
@@ -47,6 +58,20 @@ Call call(int n, int kind, int dt, int op, uint64_t count, uint64_t chunkBytes, 
   c.piece = kind == kCeAR ? round_up(ceil_div(count, n), 16 / c.es) : count;
   c.chunks = (u32)std::max<uint64_t>(1, ceil_div(c.piece, c.chunk));
   c.grid = 1, c.threads = 16, c.slowRank = -1, c.slowBlock = -1, c.lazyRank = -1;
+  return c;
+}
+
+// direct_call makes a direct call of 2 ranks with a floor of floorBytes (a
+// multiple of 16). Its chunks cover the longer of the two pieces' halvings:
+// a shorter last piece can need more chunks than the first (at 31 f32 and
+// a floor of 16 bytes, 4 for its 15 elements against 3 for the first
+// piece's 16), as collectives/gpu/cereduce.go's planCEReduce counts them.
+// hostChunks (-inject shortchunks) counts those of the first piece only.
+Call direct_call(int kind, int dt, int op, uint64_t count, uint64_t floorBytes, bool hostChunks) {
+  Call c = call(2, kind, dt, op, count, floorBytes, 1, false);
+  c.direct = true;
+  c.chunks = chunks_of(c, c.piece);
+  if (!hostChunks) c.chunks = std::max({c.chunks, filled(c, 0), filled(c, 1)});
   return c;
 }
 
@@ -119,11 +144,61 @@ CeScenario matrix(const char* name, int n, u32 seq0, int shift, bool skew, uint6
   return s;
 }
 
-std::vector<CeScenario> ce_scenarios(uint64_t seed) {
+// direct: 2 ranks, direct calls of every type, op and kind (floors of 16
+// to 64 bytes; counts from tiny ones, whose AllReduce leaves rank 1 a
+// piece of 0, to pieces of up to ten halving chunks; random grids, slow
+// readers and lazy senders), a random staged call after about one in
+// three, so that the flags carry over between the modes. Call 0 (AllReduce
+// f32 sum, 7 chunks per piece) has a lazy sender at rank 1 whose push
+// starts 20 ms late (-inject nolandwait relies on it); call 1 is the
+// 31-element case of direct_call (-inject shortchunks). skew: a slow
+// reader in every call.
+CeScenario direct(const char* name, u32 seq0, bool skew, bool hostChunks, uint64_t seed) {
+  CeScenario s{name, "", 2, seq0, {}, -1};
+  Rng rng{seed};
+  Call first = direct_call(kCeAR, kF32, kSum, 400, 16, hostChunks);
+  randomize(first, 2, rng);
+  first.grid = 2, first.slowRank = -1, first.lazyRank = 1, first.lazyLateUs = 20000;
+  s.calls.push_back(first);
+  Call uneven = direct_call(kCeAR, kF32, kSum, 31, 16, hostChunks);
+  randomize(uneven, 2, rng);
+  s.calls.push_back(uneven);
+  for (int j = 0; j < 2 * kNumDts * kNumOps; j++) {
+    const int dt = j % kNumDts, op = j / kNumDts % kNumOps, kind = (j / (kNumDts * kNumOps) + dt + op) % 2;
+    const uint64_t floorBytes = 16 * (1 + rng.below(4)), vec = 16 / kDtSize[dt], per = floorBytes / kDtSize[dt];
+    uint64_t count;
+    if (rng.below(4) == 0)  // tiny: one or two chunks; at AllReduce, nothing for rank 1
+      count = 1 + rng.below((int)(kind == kCeAR ? vec : 2 * per));
+    else
+      count = 1 + rng.below((int)((kind == kCeAR ? 2 : 1) * per << rng.below(9)));
+    Call c = direct_call(kind, dt, op, count, floorBytes, hostChunks);
+    randomize(c, 2, rng);
+    s.calls.push_back(c);
+    if (rng.below(3) == 0) {
+      const int sdt = rng.below(kNumDts), skind = rng.below(2), ses = kDtSize[sdt];
+      const uint64_t chunkBytes = 16 * (1 + rng.below(4)), sper = chunkBytes / ses;
+      Call st = call(2, skind, sdt, rng.below(kNumOps), 1 + rng.below((int)(sper * (skind == kCeAR ? 14 : 7))),
+                     chunkBytes, 2 + rng.below(3), rng.below(2));
+      randomize(st, 2, rng);
+      s.calls.push_back(st);
+    }
+  }
+  if (skew)
+    for (size_t i = 1; i < s.calls.size(); i++)
+      s.calls[i].slowRank = (int)(i % 2), s.calls[i].delayUs = 500 + rng.below(2000);
+  number(s);
+  return s;
+}
+
+std::vector<CeScenario> ce_scenarios(const EmuOptions& o) {
+  const uint64_t seed = o.seed;
   std::vector<CeScenario> v;
   v.push_back(matrix("ce2", 2, 1, 0, false, seed + 21));
   v.push_back(matrix("ce3", 3, 0xfffffff0u, 1, false, seed + 22));
   v.push_back(matrix("ce4", 4, 0x7ffffff8u, 3, true, seed + 23));
+  const bool hostChunks = o.inject == "shortchunks";
+  v.push_back(direct("cedirect", 0xffffffe0u, false, hostChunks, seed + 25));
+  v.push_back(direct("cedirectskew", 0x7fffffe0u, true, hostChunks, seed + 26));
   // abort: a checked call, then one whose push stream at rank 0 sends
   // nothing; every kernel must return once the abort flag is raised.
   Rng rng{seed + 24};
@@ -148,7 +223,10 @@ std::vector<CeScenario> ce_scenarios(uint64_t seed) {
 // stays), slot k of reduced (its own piece) and of free[r] (r's piece) to
 // seq + the last such chunk i with i % kCESlots == k: the kernel neither
 // counts nor publishes the empty chunks past the end of a shorter piece,
-// for which the copy streams hold nothing back.
+// for which the copy streams hold nothing back; done to seq. A direct
+// call moves only reduced[0], to seq + its piece's last chunk (each
+// chunk's kernel is given one chunk, its loop index 0), frees nothing, and
+// a direct ReduceScatter leaves done alone.
 struct Flags {
   u32 landed, done[goccl::kMaxRanks], reduced[kCESlots], freed[goccl::kMaxRanks][kCESlots];
   void init(u32 v) {
@@ -181,12 +259,12 @@ struct Checker {
 
   void fail(const std::string& what, uint64_t idx, uint64_t nbad, const std::string& got, const std::string& want) {
     fails++;
-    printf("FAIL %s call %zu: %s %s %s count=%llu chunk=%llu depth=%u chunks=%u seq=0x%x nranks=%d grid=%d "
+    printf("FAIL %s call %zu: %s %s %s count=%llu %s=%llu depth=%u chunks=%u seq=0x%x nranks=%d grid=%d "
            "threads=%d %s rank=%d: %s: first wrong index %llu (%llu wrong): got %s, want %s\n",
            s.name.c_str(), ci, kCeName[c.kind], kDtName[c.dt], kOpName[c.op], (unsigned long long)c.count,
-           (unsigned long long)c.chunk, c.depth, c.chunks, c.seq, s.n, c.grid, c.threads,
-           c.inplace ? "in-place" : "out-of-place", me, what.c_str(), (unsigned long long)idx,
-           (unsigned long long)nbad, got.c_str(), want.c_str());
+           c.direct ? "floor" : "chunk", (unsigned long long)c.chunk, c.depth, c.chunks, c.seq, s.n, c.grid,
+           c.threads, c.direct ? "direct" : c.inplace ? "in-place" : "out-of-place", me, what.c_str(),
+           (unsigned long long)idx, (unsigned long long)nbad, got.c_str(), want.c_str());
   }
 
   // region: every byte of reg outside [live, live+liveB) holds the canary.
@@ -240,7 +318,10 @@ struct Checker {
     if (nbad) fail("signal area written outside the flags (offset)", first, nbad, hex((uint8_t)ws[first]), hex(kCanary));
     if (filled(c, me) > 0) want.landed = c.seq + filled(c, me) - 1;
     flag_is("landed", landed_f(m, me), want.landed);
-    advance(c, me, want.reduced);
+    if (!c.direct)
+      advance(c, me, want.reduced);
+    else if (filled(c, me) > 0)
+      want.reduced[0] = c.seq + filled(c, me) - 1;
     for (u32 k = 0; k < kCESlots; k++) {
       const std::string sk = "[" + std::to_string(k) + "]";
       flag_is("counter" + sk, counter(m, me, k), 0);
@@ -250,9 +331,9 @@ struct Checker {
       if (r == me) continue;
       const std::string sr = "[" + std::to_string(r) + "]";
       flag_is("data" + sr, data_f(m, me, r), c.seq + c.chunks - 1);
-      want.done[r] = c.seq;
+      if (!(c.direct && c.kind == kCeRS)) want.done[r] = c.seq;  // (a direct ReduceScatter has no done)
       flag_is("done" + sr, done_f(m, me, r), want.done[r]);
-      advance(c, r, want.freed[r]);
+      if (!c.direct) advance(c, r, want.freed[r]);  // (direct: the kernel frees nothing)
       for (u32 k = 0; k < kCESlots; k++)
         flag_is("free" + sr + "[" + std::to_string(k) + "]", free_f(m, me, r, k), want.freed[r][k]);
     }
@@ -283,10 +364,10 @@ std::string label_of(const CeScenario& s, size_t ci, int me) {
   const Call& c = s.calls[ci];
   char b[320];
   snprintf(b, sizeof b,
-           "%s call %zu (%s %s %s count=%llu chunk=%llu depth=%u chunks=%u seq=0x%x grid=%d threads=%d %s) rank %d",
+           "%s call %zu (%s %s %s count=%llu %s=%llu depth=%u chunks=%u seq=0x%x grid=%d threads=%d %s) rank %d",
            s.name.c_str(), ci, kCeName[c.kind], kDtName[c.dt], kOpName[c.op], (unsigned long long)c.count,
-           (unsigned long long)c.chunk, c.depth, c.chunks, c.seq, c.grid, c.threads,
-           c.inplace ? "in-place" : "out-of-place", me);
+           c.direct ? "floor" : "chunk", (unsigned long long)c.chunk, c.depth, c.chunks, c.seq, c.grid, c.threads,
+           c.direct ? "direct" : c.inplace ? "in-place" : "out-of-place", me);
   return b;
 }
 
@@ -314,41 +395,34 @@ int run_rank(const Mem& m, const CeScenario& s, int me, const EmuOptions& o, siz
     const pid_t ps = spawn([&] { return aborting && me == 0 ? mute(px) : push(px); });
     const pid_t ls = spawn([&] { return land(lx); });
     const pid_t ss = c.kind == kCeAR ? spawn([&] { return spread(sx); }) : 0;
-    if (c.slowRank == me) usleep((useconds_t)c.delayUs);
-    emu_set_slow(c.slowRank == me ? kSlowUs : 0, c.slowBlock, c.slowBlock >= 0 ? c.delayUs : 0);
-    Params p{};
-    p.send = (uint64_t)(b.send + piece_off(c, me) * c.es);
-    p.recv = (uint64_t)(c.kind == kCeAR ? b.recv + piece_off(c, me) * c.es : b.recv);
-    p.count = piece_len(c, me);
-    p.abortFlag = (uint64_t)m.abortFlag;
-    p.signals = (uint64_t)m.ws[me];
-    for (int r = 0; r < s.n; r++) {
-      p.peerSignals[r] = (uint64_t)m.ws[r];
-      p.peerStaging[r] = (uint64_t)m.stg[r];
+    int rc = kExitOK;
+    if (!c.direct) {  // (direct: the land stream launches a kernel per chunk)
+      if (c.slowRank == me) usleep((useconds_t)c.delayUs);
+      emu_set_slow(c.slowRank == me ? kSlowUs : 0, c.slowBlock, c.slowBlock >= 0 ? c.delayUs : 0);
+      const Params p = ce_params(m, s, c, me);
+      __atomic_add_fetch(m.running, 1u, __ATOMIC_SEQ_CST);
+      rc = emu_launch(ce_kernel_for(c.dt, c.op), p, c.grid, c.threads, o.timeout, label.c_str());
+      __atomic_sub_fetch(m.running, 1u, __ATOMIC_SEQ_CST);
+      emu_set_slow(0);
     }
-    p.rank = me;
-    p.nranks = s.n;
-    p.elemSize = (u32)c.es;
-    p.ceChunks = c.chunks;
-    p.ceChunk = c.chunk;
-    p.ceSeq = c.seq;
-    p.ceDepth = c.depth;
-    __atomic_add_fetch(m.running, 1u, __ATOMIC_SEQ_CST);
-    const int rc = emu_launch(ce_kernel_for(c.dt, c.op), p, c.grid, c.threads, o.timeout, label.c_str());
-    __atomic_sub_fetch(m.running, 1u, __ATOMIC_SEQ_CST);
-    emu_set_slow(0);
-    if (rc != kExitOK) {
+    const bool failed = rc != kExitOK;
+    if (failed) {
       for (pid_t pid : {ps, ls, ss})
         if (pid > 0) kill(pid, SIGKILL);
     }
-    const int prc = reap(ps, label + " push stream"), lrc = reap(ls, label + " land stream"),
-              src = reap(ss, label + " spread stream");
+    const int prc = reap(ps, label + " push stream", failed), lrc = reap(ls, label + " land stream", failed);
+    // A land stream that failed (a direct chunk's kernel hung or crashed)
+    // leaves the spread stream waiting for reductions that never come.
+    const bool landFailed = !failed && lrc != kExitOK && ss > 0;
+    if (landFailed) kill(ss, SIGKILL);
+    const int src = reap(ss, label + " spread stream", failed || landFailed);
     const int worst = std::max({rc, prc, lrc, src});
     if (worst >= kExitTimeout) {
       printf("EMU-FATAL %s: %s\n", label.c_str(),
-             rc == kExitTimeout ? "the kernel timed out"
-             : rc != kExitOK    ? "the kernel crashed or misaligned"
-                                : "a copy stream failed");
+             rc == kExitTimeout             ? "the kernel timed out"
+             : rc != kExitOK                ? "the kernel crashed or misaligned"
+             : c.direct && lrc != kExitOK ? "the land stream or a chunk's kernel failed"
+                                            : "a copy stream failed");
       return worst;
     }
     if (worst == kExitCheck) fails++;
@@ -358,16 +432,18 @@ int run_rank(const Mem& m, const CeScenario& s, int me, const EmuOptions& o, siz
       return fails ? kExitCheck : kExitOK;
     }
     // ReduceScatter: this rank's kernel is over, so its staging is free
-    // (the host's user stream writes done[me] after the kernel).
-    if (c.kind != kCeAR)
+    // (the host's user stream writes done[me] after the kernel). A direct
+    // ReduceScatter stages nothing and has no done handshake at all.
+    const bool handshake = !(c.direct && c.kind == kCeRS);
+    if (c.kind != kCeAR && handshake)
       for (int r = 0; r < s.n; r++)
         if (r != me) store(done_f(m, r, me), c.seq);
     // AllReduce: the peers' copies into this rank's output landed;
     // ReduceScatter: the peers are done with their staging.
-    for (int r = 0; r < s.n; r++)
-        if (r != me && wait_geq(m, done_f(m, me, r), c.seq, o.timeout, label.c_str(),
-                                ("done[" + std::to_string(r) + "]").c_str()) != kWaitOK)
-          return kExitTimeout;
+    for (int r = 0; r < s.n && handshake; r++)
+      if (r != me && wait_geq(m, done_f(m, me, r), c.seq, o.timeout, label.c_str(),
+                              ("done[" + std::to_string(r) + "]").c_str()) != kWaitOK)
+        return kExitTimeout;
     if (o.inject == "corrupt" && ci == 0 && me == s.n - 1) b.recv[0] ^= 1;
     // The peers' kernels and streams are over: their flags here are final
     // (a peer's data flags for the chunks past the end of this rank's piece
@@ -427,7 +503,7 @@ bool run_scenario(const CeScenario& s, const EmuOptions& o) {
 
 std::vector<std::string> ce_groups() {
   std::vector<std::string> g;
-  for (const CeScenario& s : ce_scenarios(0)) {
+  for (const CeScenario& s : ce_scenarios(EmuOptions{})) {
     const std::string name = s.group.empty() ? s.name : s.group;
     if (std::find(g.begin(), g.end(), name) == g.end()) g.push_back(name);
   }
@@ -436,7 +512,7 @@ std::vector<std::string> ce_groups() {
 
 bool ce_run_group(const std::string& group, const EmuOptions& o) {
   bool ok = true;
-  for (const CeScenario& s : ce_scenarios(o.seed))
+  for (const CeScenario& s : ce_scenarios(o))
     if ((s.group.empty() ? s.name : s.group) == group) ok = run_scenario(s, o) && ok;
   return ok;
 }

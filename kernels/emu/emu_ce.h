@@ -16,9 +16,12 @@
 namespace emu_ce {
 
 using goccl::kCESlots;
+using goccl::Params;
 using goccl::u32;
 
 enum { kCeAR, kCeRS };
+// A slow reader's kernel sleeps this long before one load in two.
+constexpr int kSlowUs = 100;
 // ready[src] and done[src] in the flag area (collectives/gpu/ce.go).
 constexpr uint64_t kReadyOff = 0, kDoneOff = 128;
 constexpr uint8_t kCanary = 0x5a;
@@ -26,12 +29,13 @@ constexpr uint8_t kCanary = 0x5a;
 struct Call {
   int kind, dt, op, es;
   uint64_t count;  // AllReduce: elements in all; ReduceScatter: per rank
-  uint64_t chunk;  // elements per chunk
-  u32 depth;       // staging slots per source
+  uint64_t chunk;  // elements per chunk (direct: the smallest chunk, the floor)
+  u32 depth;       // staging slots per source (direct: 1, unused)
   bool inplace;
+  bool direct;     // the peer's chunks land in the owner's recv (2 ranks, out of place)
   int grid, threads;
   uint64_t seed;
-  int slowRank, delayUs;  // this rank's kernel starts late and reads slowly (-1: none)
+  int slowRank, delayUs;  // this rank's kernel (direct: the first chunk's) starts late, reads slowly (-1: none)
   int slowBlock;          // only this block of it reads slowly (-1: every block)
   int lazyRank;           // this rank's push stream dawdles between chunks (-1: none)
   int lazyLateUs;         // and starts this late
@@ -58,13 +62,45 @@ inline uint64_t piece_len(const Call& c, int r) {
   return lo >= c.count ? 0 : std::min(c.piece, c.count - lo);
 }
 inline uint64_t piece_off(const Call& c, int r) { return (uint64_t)r * c.piece; }
-// chunk_len is the elements of chunk i of rank r's piece (0 past its end).
-inline uint64_t chunk_len(const Call& c, int r, uint64_t i) {
-  const uint64_t len = piece_len(c, r), lo = i * c.chunk;
-  return lo >= len ? 0 : std::min(c.chunk, len - lo);
+// next_len is the length of the chunk that starts where left elements of a
+// piece are left: the chunk size, or in direct mode half of what is left in
+// whole 16-byte vectors and at least the floor (collectives/gpu/cereduce.go's
+// next; the host cuts the chunks, and each direct chunk's kernel is given
+// that chunk alone).
+inline uint64_t next_len(const Call& c, uint64_t left) {
+  uint64_t n = c.chunk;
+  if (c.direct) {
+    const uint64_t vec = 16 / c.es, half = left / 2 / vec * vec;
+    n = std::max(n, half);
+  }
+  return std::min(n, left);
+}
+// chunks_of is the chunks of a piece of len elements.
+inline u32 chunks_of(const Call& c, uint64_t len) {
+  if (!c.direct) return (u32)ceil_div(len, c.chunk);
+  u32 k = 0;
+  for (uint64_t lo = 0; lo < len; lo += next_len(c, len - lo)) k++;
+  return k;
+}
+// chunk_len is the elements of chunk i of rank r's piece (0 past its end)
+// and *lo, when given, where it starts in the piece.
+inline uint64_t chunk_len(const Call& c, int r, uint64_t i, uint64_t* lo = nullptr) {
+  const uint64_t len = piece_len(c, r);
+  uint64_t at = 0, n = 0;
+  if (!c.direct) {
+    at = i * c.chunk;
+    n = at >= len ? 0 : std::min(c.chunk, len - at);
+  } else {
+    for (uint64_t k = 0;; k++, at += n) {
+      n = at < len ? next_len(c, len - at) : 0;
+      if (k == i || n == 0) break;
+    }
+  }
+  if (lo) *lo = at;
+  return n;
 }
 // filled is the chunks of rank r's piece that hold data.
-inline u32 filled(const Call& c, int r) { return (u32)ceil_div(piece_len(c, r), c.chunk); }
+inline u32 filled(const Call& c, int r) { return chunks_of(c, piece_len(c, r)); }
 
 struct Rng {
   uint64_t s;
@@ -152,13 +188,22 @@ struct StreamCtx {
 // The streams of ceReduce (collectives/gpu/cereduce.go), each run as a
 // process of its own; they return an exit code (kExitOK when aborted).
 int push(StreamCtx& x);    // cePush
-int land(StreamCtx& x);    // ceLand
+int land(StreamCtx& x);    // ceLand (direct: and launchChunk)
 int spread(StreamCtx& x);  // ceSpread (AllReduce)
 int mute(StreamCtx& x);    // the push stream of a rank that never sends
 
+// ce_params are the kernel's parameters for rank me's whole piece of call
+// c, as launchCEReduce gives the staged mode's one kernel on the user
+// stream; direct_params narrow them to chunk i alone (lo, n elements into
+// the piece), as launchChunk gives each direct chunk's kernel on the land
+// stream.
+Params ce_params(const Mem& m, const CeScenario& s, const Call& c, int me);
+void direct_params(Params& p, const Mem& m, const Call& c, int me, u32 i, uint64_t lo, uint64_t n);
+
 // spawn runs f in a child process (killed when the parent dies); reap
-// waits for it and returns its exit code.
+// waits for it and returns its exit code (kExitOK, saying nothing, for
+// one killed on purpose: the failure that led to it is reported).
 pid_t spawn(const std::function<int()>& f);
-int reap(pid_t pid, const std::string& who);
+int reap(pid_t pid, const std::string& who, bool killed = false);
 
 }  // namespace emu_ce

@@ -5,13 +5,17 @@
 //
 //	push:   for chunk i, for each peer r (rotated): [wait free[r][i-depth]
 //	        here] copy my part of r's chunk i into r's staging slot
-//	        i % depth (chunks past the end of r's piece: no wait, no copy),
-//	        then data[me] = seq + i into r's flags
+//	        i % depth (direct: no wait, into r's recv at r's piece offset
+//	        (AllReduce) + the chunk's; chunks past the end of r's piece: no
+//	        wait, no copy), then data[me] = seq + i into r's flags
 //	land:   for chunk i of my piece while it holds data: wait data[r] >=
 //	        seq + i here for every peer r (rotated), then landed = seq + i
+//	        (direct: then launch the kernel for chunk i alone and wait for
+//	        it, as the next operation on a stream waits for a kernel)
 //	spread: (AllReduce) for chunk i of my piece while it holds data: wait
-//	        reduced[i] >= seq + i here, copy my reduced chunk i into every
-//	        peer's output; then done[me] = seq into every peer's flags
+//	        reduced[i % kCESlots] (direct: reduced[0]) >= seq + i here,
+//	        copy my reduced chunk i into every peer's output; then
+//	        done[me] = seq into every peer's flags
 //
 // The streams' waits give up when the abort flag is raised: the host's
 // cuStreamWaitValue32 cannot poll it, but Abort's rescue releases them by
@@ -44,7 +48,7 @@ bool protocol_word(uint64_t off, int n) {
 
 namespace {
 
-uint64_t staging_bytes(const Call& c, int n) { return (uint64_t)c.depth * n * c.chunk * c.es; }
+uint64_t staging_bytes(const Call& c, int n) { return c.direct ? 0 : (uint64_t)c.depth * n * c.chunk * c.es; }
 
 void sizes(const Call& c, int n, uint64_t* sendB, uint64_t* recvB) {
   *recvB = c.count * c.es;
@@ -176,28 +180,41 @@ int exit_of(int w) { return w == kWaitTimeout ? kExitTimeout : kExitOK; }
 // push: a chunk past the end of r's piece is neither copied nor waited
 // for, only signalled, so the kernel cannot count on such chunks arriving
 // late. -inject nofreewait: rank 0 skips the wait for the slot's previous
-// chunk to be freed.
+// chunk to be freed. -inject earlydata: rank 0 writes a direct chunk's
+// data flag before its copy, which lands 20 ms later (a copy engine still
+// busy), so rank 1's land stream and kernel run ahead of the data.
 int push(StreamCtx& x) {
   const Call& c = x.c;
   const int n = x.s.n, me = x.me;
   const Bufs b = place(x.m, c, me);
   const uint64_t cb = c.chunk * c.es;
   const bool skipFree = x.o.inject == "nofreewait" && me == 0;
+  const bool early = x.o.inject == "earlydata" && me == 0 && c.direct;
+  char* peerRecv[goccl::kMaxRanks];
+  for (int r = 0; r < n; r++) peerRecv[r] = place(x.m, c, r).recv;
   if (c.lazyRank == me && c.lazyLateUs > 0) usleep((useconds_t)c.lazyLateUs);
   for (u32 i = 0; i < c.chunks; i++) {
     if (c.lazyRank == me && x.rng.below(2) == 0) usleep((useconds_t)x.rng.below(300));
     for (int k = 1; k < n; k++) {
       const int r = (me + k) % n;
-      const uint64_t len = chunk_len(c, r, i);
-      if (len > 0) {
+      uint64_t lo = 0;
+      const uint64_t len = chunk_len(c, r, i, &lo);
+      const char* src = b.send + (piece_off(c, r) + lo) * c.es;
+      if (len > 0 && c.direct) {
+        char* dst = peerRecv[r] + ((c.kind == kCeAR ? piece_off(c, r) : 0) + lo) * c.es;
+        if (early) {
+          store(data_f(x.m, r, me), c.seq + i);
+          usleep(20000);
+        }
+        ce_copy(dst, src, len * c.es, x.rng);
+      } else if (len > 0) {
         if (i >= c.depth && !skipFree) {
           const u32 slot = (i - c.depth) % kCESlots;
           const int w = x.wait(free_f(x.m, me, r, slot), c.seq + i - c.depth,
                                "free[" + std::to_string(r) + "][" + std::to_string(slot) + "]");
           if (w != kWaitOK) return exit_of(w);
         }
-        char* dst = x.m.stg[r] + ((uint64_t)(i % c.depth) * n + me) * cb;
-        ce_copy(dst, b.send + (piece_off(c, r) + (uint64_t)i * c.chunk) * c.es, len * c.es, x.rng);
+        ce_copy(x.m.stg[r] + ((uint64_t)(i % c.depth) * n + me) * cb, src, len * c.es, x.rng);
       }
       store(data_f(x.m, r, me), c.seq + i);
     }
@@ -205,22 +222,71 @@ int push(StreamCtx& x) {
   return kExitOK;
 }
 
+Params ce_params(const Mem& m, const CeScenario& s, const Call& c, int me) {
+  const Bufs b = place(m, c, me);
+  Params p{};
+  p.send = (uint64_t)(b.send + piece_off(c, me) * c.es);
+  p.recv = (uint64_t)(c.kind == kCeAR ? b.recv + piece_off(c, me) * c.es : b.recv);
+  p.count = piece_len(c, me);
+  p.abortFlag = (uint64_t)m.abortFlag;
+  p.signals = (uint64_t)m.ws[me];
+  for (int r = 0; r < s.n; r++) {
+    p.peerSignals[r] = (uint64_t)m.ws[r];
+    p.peerStaging[r] = c.direct ? 0 : (uint64_t)m.stg[r];  // (direct: nothing is staged)
+  }
+  p.rank = me;
+  p.nranks = s.n;
+  p.flags = c.direct ? goccl::kFlagCEDirect : 0;
+  p.elemSize = (u32)c.es;
+  p.ceChunks = c.chunks;
+  p.ceChunk = c.chunk;
+  p.ceSeq = c.seq;
+  p.ceDepth = c.depth;
+  return p;
+}
+
+void direct_params(Params& p, const Mem& m, const Call& c, int me, u32 i, uint64_t lo, uint64_t n) {
+  const Bufs b = place(m, c, me);
+  p.send = (uint64_t)(b.send + (piece_off(c, me) + lo) * c.es);
+  p.recv = (uint64_t)(b.recv + ((c.kind == kCeAR ? piece_off(c, me) : 0) + lo) * c.es);
+  p.count = n;
+  p.ceChunks = 1;
+  p.ceChunk = n;
+  p.ceSeq = c.seq + i;
+  p.ceDepth = 1;
+}
+
 // land: the kernel polls landed, never the data flags (on a GPU a flag
 // seen by a kernel need not order the peer's data written before it; a
-// stream wait orders what follows it). -inject nolandwait: rank 0 writes
-// landed without waiting, so its kernel reads chunks that a lazy sender
-// has not sent yet.
+// stream wait orders what follows it). In direct mode it launches each
+// chunk's kernel behind that chunk's landed, with this rank's slow reader
+// settings, and returns the exit code of a kernel that failed.
+// -inject nolandwait: rank 0 writes landed without waiting, so its kernel
+// (direct: the chunk's kernel it then launches) reads chunks that a lazy
+// sender has not sent yet.
 int land(StreamCtx& x) {
   const Call& c = x.c;
   const int n = x.s.n, me = x.me;
   const bool skipWait = x.o.inject == "nolandwait" && me == 0;
-  for (u32 i = 0; i < c.chunks && chunk_len(c, me, i) > 0; i++) {
+  Params p = ce_params(x.m, x.s, c, me);
+  bool late = c.slowRank == me;  // (the first kernel starts late)
+  if (c.direct) emu_set_slow(c.slowRank == me ? kSlowUs : 0, c.slowBlock, c.slowBlock >= 0 ? c.delayUs : 0);
+  for (u32 i = 0; i < c.chunks; i++) {
+    uint64_t lo = 0;
+    const uint64_t len = chunk_len(c, me, i, &lo);
+    if (len == 0) break;
     for (int k = 1; k < n && !skipWait; k++) {
       const int r = (me + k) % n;
       const int w = x.wait(data_f(x.m, me, r), c.seq + i, "data[" + std::to_string(r) + "]");
       if (w != kWaitOK) return exit_of(w);
     }
     store(landed_f(x.m, me), c.seq + i);
+    if (!c.direct) continue;
+    if (late) usleep((useconds_t)c.delayUs), late = false;
+    direct_params(p, x.m, c, me, i, lo, len);
+    const std::string label = x.who + ", chunk " + std::to_string(i) + "'s kernel";
+    const int rc = emu_launch(ce_kernel_for(c.dt, c.op), p, c.grid, c.threads, x.o.timeout, label.c_str());
+    if (rc != kExitOK) return rc;
   }
   return kExitOK;
 }
@@ -232,12 +298,13 @@ int spread(StreamCtx& x) {
   char* peerRecv[goccl::kMaxRanks];
   for (int r = 0; r < n; r++) peerRecv[r] = place(x.m, c, r).recv;
   for (u32 i = 0; i < c.chunks; i++) {
-    const uint64_t len = chunk_len(c, me, i);
+    uint64_t lo = 0;
+    const uint64_t len = chunk_len(c, me, i, &lo);
     if (len == 0) break;
-    const u32 slot = i % kCESlots;
+    const u32 slot = c.direct ? 0 : i % kCESlots;  // (direct: each chunk's kernel has one chunk)
     const int w = x.wait(reduced_f(x.m, me, slot), c.seq + i, "reduced[" + std::to_string(slot) + "]");
     if (w != kWaitOK) return exit_of(w);
-    const uint64_t at = (piece_off(c, me) + (uint64_t)i * c.chunk) * c.es;
+    const uint64_t at = (piece_off(c, me) + lo) * c.es;
     for (int k = 1; k < n; k++) ce_copy(peerRecv[(me + k) % n] + at, b.recv + at, len * c.es, x.rng);
   }
   for (int k = 1; k < n; k++) store(done_f(x.m, (me + k) % n, me), c.seq);
@@ -280,11 +347,12 @@ pid_t spawn(const std::function<int()>& f) {
   return pid;
 }
 
-int reap(pid_t pid, const std::string& who) {
+int reap(pid_t pid, const std::string& who, bool killed) {
   if (pid <= 0) return pid == 0 ? kExitOK : kExitCrash;
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
+  if (killed) return kExitOK;
   if (WIFSIGNALED(st)) printf("EMU-CRASH %s: died of signal %d\n", who.c_str(), WTERMSIG(st));
   return WIFEXITED(st) ? WEXITSTATUS(st) : kExitCrash;
 }

@@ -10,12 +10,12 @@
 // of place, roots 0 and nranks-1, random grids and block sizes), mixed3/4/6/8
 // (random sequences with random skew between ranks), skew4 (each rank in
 // turn starts late and reads slowly, so the others finish a launch as soon
-// as its data lands and run into the next one while it still reads), abort
-// (every family returns when a rank is missing and the abort flag is
-// raised), selftest (the emulated 16-bit float conversions). Besides each
-// result, a rank checks that its send buffer is unchanged, that nothing
-// outside its buffers was written (canaries), and buffers end at an
-// inaccessible page.
+// as its data lands and run into the next one while it still reads), wide3
+// (the widest grid), abort (every family returns when a rank is missing
+// and the abort flag is raised), selftest (the emulated 16-bit float
+// conversions). Besides each result, a rank checks that its send buffer is
+// unchanged, that nothing outside its buffers was written (canaries), and
+// buffers end at an inaccessible page.
 //
 // The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
 // push, land and spread streams that emu_ce_streams.cc models after
@@ -24,8 +24,12 @@
 // bytes, depths 2 to 4 and 64, calls of more than 64 chunks, AllReduce pieces of
 // different lengths and 0, in and out of place, slow readers, a slow
 // block, lazy senders; flag values start at 1, near 2^32 and near 2^31,
-// and carry over from call to call; every flag is checked after each call)
-// and ceabort (a rank that never sends; every kernel blocks, and the abort
+// and carry over from call to call; every flag is checked after each call),
+// cedirect and cedirectskew (2 ranks: direct calls, whose chunks land in
+// the owner's recv and halve down to a floor of 16 to 64 bytes, each
+// reduced by a kernel of its own that the land stream launches behind the
+// chunk's waits, of every type, op and kind, mixed with staged calls) and
+// ceabort (a rank that never sends; every kernel blocks, and the abort
 // flag must end them all).
 //
 // Build (kernels/emu_test.go does this in TestKernelsOnCPU), from kernels/:
@@ -34,15 +38,23 @@
 //   done && g++ -pthread -o /tmp/emu/emu /tmp/emu/*.o
 //
 //   emu -list                     scenario names, one a line
-//   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject corrupt|hang|nofreewait|nolandwait]
+//   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject fault]
 //
 // -inject breaks one thing on purpose: corrupt flips a bit of a result,
 // hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
 // reuse staging slots without waiting for the reader to free them (ce
 // scenarios; call 0 has a slow reader, so its results come out wrong),
 // nolandwait makes rank 0's land stream say every chunk landed without
-// waiting for the peers' data flags (call 0 has a lazy sender at rank 1,
-// so rank 0 reduces chunks that have not arrived).
+// waiting for the peers' data flags (ce and cedirect scenarios: call 0 has
+// a lazy sender at rank 1, so rank 0's kernel, in cedirect each chunk's
+// kernel the land stream launches at once, reduces chunks that have not
+// arrived), earlydata makes rank 0's push stream write a direct chunk's
+// data flag before its copy, which lands 20 ms later (cedirect: rank 1's
+// chunk kernels reduce chunks that have not arrived), shortchunks gives a
+// direct AllReduce only the chunks of its first piece rather than the most
+// of any piece's, which collectives/gpu/cereduce.go's planCEReduce takes
+// (cedirect call 1: the shorter last piece needs one more, never sent nor
+// launched).
 //
 // Output: "PASS name: ..." per scenario, "FAIL ..." lines naming the launch,
 // family, type, op, count, nranks, grid, rank and first wrong index, and
@@ -56,6 +68,8 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "emu.h"
 
@@ -675,9 +689,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (o.inject != "" && o.inject != "corrupt" && o.inject != "hang" && o.inject != "nofreewait" &&
-      o.inject != "nolandwait") {
-    fprintf(stderr, "emu: -inject takes corrupt, hang, nofreewait or nolandwait, not %s\n", o.inject.c_str());
+  if (o.inject != "" && std::find(injections().begin(), injections().end(), o.inject) == injections().end()) {
+    std::string all;
+    for (const std::string& i : injections()) all += " " + i;
+    fprintf(stderr, "emu: -inject takes one of%s, not %s\n", all.c_str(), o.inject.c_str());
     return 2;
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);

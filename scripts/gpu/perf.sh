@@ -5,9 +5,11 @@
 # collective runs once per tool with the same sizes and mode; compare.py
 # prints size, both times and busbw, and the speedup. Raw JSON lands in
 # $OUT/perf.tgz.
-#   bash scripts/gpu/perf.sh [quick|reg|huge]
+#   bash scripts/gpu/perf.sh [quick|reg|regred|huge]
 # quick: AllReduce only; reg: the registered-buffer (copy engine) runs only;
-# huge: 1 and 2 GiB only, every collective (Broadcast/AllGather registered).
+# regred: AllReduce and ReduceScatter on registered buffers; huge: 1 and 2
+# GiB only, every collective (Broadcast/AllGather registered, AllReduce and
+# ReduceScatter both ways).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset GOCCL_NVLS_ENABLE
@@ -44,7 +46,22 @@ if [ "$MODE" = huge ]; then
     run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
   done
 fi
-if [ "$MODE" != reg ] && [ "$MODE" != huge ]; then
+if [ "$MODE" = regred ]; then
+  # AllReduce and ReduceScatter with both buffers registered (-R 2): the
+  # copy engines' direct mode from its thresholds, out of place (in place
+  # the kernels). NCCL runs with its own buffers (torch.distributed
+  # registers none).
+  run all_reduce_reg all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -R 2 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
+  run all_reduce_reg_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -R 2 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
+  run reduce_scatter_reg reduce_scatter -b 8 -e "$MAX" -f 4 -n 20 -w 5 -R 2 -- --coll reduce_scatter -b 8 -e "$MAX" -f 4 -n 20 -w 5
+fi
+if [ "$MODE" = huge ]; then
+  H=(-b 1G -e 2G -f 2 -n 10 -w 3)
+  for c in all_reduce reduce_scatter; do
+    run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
+  done
+fi
+if [ "$MODE" != reg ] && [ "$MODE" != huge ] && [ "$MODE" != regred ]; then
   run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
   run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
   run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
@@ -54,7 +71,7 @@ if [ "$MODE" = full ]; then
     run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
   done
 fi
-if [ "$MODE" != quick ] && [ "$MODE" != huge ]; then
+if [ "$MODE" != quick ] && [ "$MODE" != huge ] && [ "$MODE" != regred ]; then
   # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
   # NCCL runs as above (eager, its own buffers).
   for c in broadcast all_gather; do

@@ -85,6 +85,10 @@ step "2 procs, ipc, registered (ce)" 180 env GOCCL_TRANSPORT=ipc GOCCL_ALGO=ce "
 CERED=("$B/conformance" --backend gpu --colls all_reduce,reduce_scatter --counts 0,1,7,4095,1048579 --large 64Mi --stress 300)
 step "2 procs, vmm, ce reductions (registered)" 180 env GOCCL_TRANSPORT=vmm GOCCL_ALGO=ce "$B/goccl" run -np 2 "${CERED[@]}" --register
 step "2 procs, ipc, ce reductions" 180 env GOCCL_TRANSPORT=ipc GOCCL_ALGO=ce "$B/goccl" run -np 2 "${CERED[@]}"
+# Registered buffers chosen by size (thresholds and floors lowered so that
+# the direct mode cuts several chunks from 1 MiB), in graphs too, where the
+# copy engines step aside for the kernels.
+step "2 procs, vmm, registered by size" 180 env GOCCL_TRANSPORT=vmm GOCCL_TUNE=ce.all_reduce=1M,ce.reduce_scatter=1M,cefloor.all_reduce=256K,cefloor.reduce_scatter=64K "$B/goccl" run -np 2 "$B/conformance" --backend gpu --register --counts 0,1,7,4095,1048579 --large 64Mi --graph 20 --stress 300
 # The algorithms the size choice skips at 2 ranks: two-shot, and one-shot
 # where LL would run; plus the widest grid on small staging slots.
 step "2 procs, twoshot forced" 150 env GOCCL_ALGO=twoshot "$B/goccl" run -np 2 "$B/conformance" --backend gpu --colls all_reduce --graph 20 --stress 300

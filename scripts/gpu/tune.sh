@@ -3,7 +3,7 @@
 # the launch shapes and thresholds of GOCCL_TUNE (collectives/gpu/tune.go),
 # printing one line per (setting, size) last. Run from the repo root on
 # nvidia-h200-x2 with binaries from scripts/gpu/build.sh (carried as .gpu):
-#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|all]...
+#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|direct|all]...
 # --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -106,6 +106,24 @@ if want cered; then
     sweep "$c $base (registered)" GOCCL_ALGO=$base -- "$c" "${S[@]}"
     for t in ${CERED_TUNE:-cechunk=4M cechunk=8M cechunk=16M cechunk=8M,cegrid=64}; do
       sweep "$c ce $t" GOCCL_ALGO=ce GOCCL_TUNE=$t -- "$c" "${S[@]}"
+    done
+  done
+fi
+if want direct; then
+  # Registered buffers, default choice: the copy engines' direct mode (2
+  # ranks, out of place, from the ce.* thresholds), the kernels in place.
+  # Correctness first, with small floors and thresholds so that small
+  # counts already cut several chunks, in graphs too.
+  check "registered, default choice" -- --register --counts 0,1,7,4095,1048579 --large 64Mi --graph 100 --stress 1000
+  check "registered, small floors" GOCCL_TUNE=ce.all_reduce=64K,ce.reduce_scatter=64K,cefloor.all_reduce=16K,cefloor.reduce_scatter=4K -- --register --colls all_reduce,reduce_scatter --counts 1,7,4095,1048579 --large 16Mi --stress 300
+  [ $failed = 1 ] && PARTS=(none)
+fi
+if want direct; then
+  S=(-b 16M -e 1G -f 4 -n 10 -w 3 -R 2)
+  for c in all_reduce reduce_scatter; do
+    sweep "$c kernels (registered)" GOCCL_TUNE=cedirect=0 -- "$c" "${S[@]}"
+    for t in ${DIRECT_TUNE:-4M 16M 32M 64M}; do
+      sweep "$c direct cefloor=$t" GOCCL_TUNE=ce.$c=0,cefloor.$c=$t -- "$c" "${S[@]}"
     done
   done
 fi
