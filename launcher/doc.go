@@ -11,7 +11,8 @@
 // The launcher forwards SIGINT, SIGTERM and SIGHUP to every rank, tags
 // output lines with the rank when asked, and when a rank fails (or the
 // timeout passes, or the context ends) it stops the others: SIGTERM, then
-// SIGKILL after a grace period. Each rank runs in its own process group
+// SIGKILL after a grace period (after a forwarded signal, the ranks get the
+// grace period to end on that signal before SIGKILL). Each rank runs in its own process group
 // (signals reach its children too, and a terminal's Ctrl-C reaches the
 // ranks once, through the launcher) and with a parent-death signal of
 // SIGKILL, so a launcher killed outright leaves no rank behind.

@@ -257,6 +257,7 @@ type jobRun struct {
 	firstFail int   // the first failed rank reaped, -1 while none
 	killed    bool  // the grace period ran out and SIGKILL was sent
 	stopping  bool  // the launcher is tearing the job down
+	forwarded bool  // a signal was forwarded: every rank has it already
 	hung      []int // ranks still running when the timeout fired
 	canceled  error
 	graceC    <-chan time.Time
@@ -288,8 +289,13 @@ func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 			j.order = append(j.order, ev.rank)
 			if ev.st.Failed() && j.firstFail < 0 && !j.stopping {
 				j.firstFail = ev.rank
-				j.cfg.Logger.Info("goccl run: rank failed; stopping the job", "rank", ev.rank, "status", ev.st.Describe())
-				j.stop()
+				// After a forwarded signal the others are already ending on
+				// it (within the grace period armed then): a SIGTERM now
+				// would race the signal they were sent.
+				if !j.forwarded {
+					j.cfg.Logger.Info("goccl run: rank failed; stopping the job", "rank", ev.rank, "status", ev.st.Describe())
+					j.stop()
+				}
 			}
 		case sig := <-j.cfg.Signals:
 			s, ok := sig.(syscall.Signal)
@@ -297,6 +303,7 @@ func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 				continue
 			}
 			j.cfg.Logger.Info("goccl run: forwarding signal", "signal", s)
+			j.forwarded = true
 			for _, p := range j.procs {
 				p.signal(s)
 			}
