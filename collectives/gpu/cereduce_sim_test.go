@@ -381,3 +381,29 @@ func TestCEDirectSimulationCatchesMissingOrdering(t *testing.T) {
 		})
 	}
 }
+
+// Config.MaxBlocks caps the copy-engine reductions' kernels too, in both
+// modes.
+func TestCEReduceGridCappedByMaxBlocks(t *testing.T) {
+	ceDirectTune(t)
+	bes, drvs, _ := newFakeBackends(t, 2, Config{MaxBlocks: 8})
+	size := uint64(2*(40001+5)*4 + simGuard)
+	recv, _ := allocAll(t, bes, size)
+	send, _ := allocAll(t, bes, size)
+	for _, inPlace := range []bool{false, true} {
+		require.Equal(t, "ce", path(t, bes, drvs, func(r int) collectives.Args {
+			a := collectives.Args{Coll: collectives.AllReduce, Send: send[r], Recv: recv[r], Count: 40001,
+				Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+			if inPlace {
+				a.Send = a.Recv
+			}
+			return a
+		}))
+		for r := range 2 {
+			assert.Equal(t, !inPlace, directFlag(t, drvs[r]), "rank %d in place %v", r, inPlace)
+			for _, l := range drvs[r].launches {
+				assert.Equal(t, uint32(8), l.cfg.Grid.X, "rank %d in place %v", r, inPlace)
+			}
+		}
+	}
+}
