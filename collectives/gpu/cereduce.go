@@ -207,8 +207,10 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 			return err
 		}
 	}
-	if err := be.launchCEReduce(a, pl, seq); err != nil {
-		return err
+	if !pl.direct { // (direct mode: ceLand launched a kernel per chunk)
+		if err := be.launchCEReduce(a, pl, seq); err != nil {
+			return err
+		}
 	}
 	for k := range used {
 		if err := drv.EventRecord(cx, ce.redJoin[k], ce.red[k]); err != nil {
@@ -338,12 +340,9 @@ func (be *Backend) ceSpread(a *collectives.Args, reg *registration, pl *cePlan, 
 	return be.ceSignal(st, ceDoneOff, seq, allPeers)
 }
 
-// launchCEReduce launches the kernel that reduces this rank's piece as its
-// chunks land.
+// launchCEReduce launches, through staging, the kernel that reduces this
+// rank's piece as its chunks land.
 func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) error {
-	if pl.direct {
-		return nil // ceLand launches one kernel per chunk
-	}
 	at := uintptr(uint64(be.rank) * pl.piece * pl.es)
 	recv := a.Recv
 	if a.Coll == collectives.AllReduce {

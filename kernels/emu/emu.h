@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int t
 // one hung or crashed it kills the others, which cannot finish without it,
 // and sets *fatal.
 bool emu_wait_drivers(std::vector<pid_t>& drivers, bool* fatal);
+// emu_join ends a scenario: it waits for the drivers (emu_wait_drivers),
+// calls dump when one hung or crashed, and prints the scenario's PASS or
+// FAIL line (n items of what, on nranks ranks, since t0). It returns whether
+// every driver passed.
+bool emu_join(std::vector<pid_t>& drivers, const std::function<void()>& dump, const std::string& name, size_t n,
+              const char* what, int nranks, double t0);
+// emu_map_shared maps size bytes of zeroed memory that the processes forked
+// afterwards share; nullptr (after saying why) when it cannot.
+char* emu_map_shared(size_t size);
 // emu_name_region names memory for fault messages (before any fork).
 void emu_name_region(const char* name, const void* base, uint64_t size);
 void emu_clear_regions();

@@ -489,12 +489,7 @@ bool run_scenario(const CeScenario& s, const EmuOptions& o) {
     }
     drivers.push_back(pid);
   }
-  bool fatal = false;
-  const bool ok = emu_wait_drivers(drivers, &fatal);
-  if (fatal) dump(m);
-  printf("%s %s: %zu calls on %d ranks in %.1f s\n", ok ? "PASS" : "FAIL", s.name.c_str(), nc, s.n,
-         emu_now() - t0);
-  fflush(stdout);
+  const bool ok = emu_join(drivers, [&] { dump(m); }, s.name, nc, "calls", s.n, t0);
   munmap(m.base, m.size);
   return ok;
 }

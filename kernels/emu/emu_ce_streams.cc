@@ -74,12 +74,7 @@ bool mem_create(Mem& m, const CeScenario& s) {
   m.stgRegion = round_up(stg, pg);
   m.regBytes = round_up(buf + 256, pg);
   m.size = 2 * pg + s.n * (m.sigBytes + m.stgRegion + 2 * m.regBytes + 3 * pg);
-  void* p0 = mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p0 == MAP_FAILED) {
-    perror("emu: mmap");
-    return false;
-  }
-  m.base = (char*)p0;
+  if (!(m.base = emu_map_shared(m.size))) return false;
   m.abortFlag = (u32*)m.base;
   m.running = (u32*)(m.base + 64);
   m.finished = (u32*)(m.base + 128);

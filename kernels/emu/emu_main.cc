@@ -316,12 +316,7 @@ bool comm_create(Comm& c, const Scenario& s) {
   }
   c.regBytes = round_up(maxB + 256, pg);
   c.size = 2 * pg + c.n * (c.wsBytes + 2 * c.regBytes + 3 * pg);
-  void* m = mmap(nullptr, c.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) {
-    perror("emu: mmap");
-    return false;
-  }
-  c.base = (char*)m;
+  if (!(c.base = emu_map_shared(c.size))) return false;
   c.abortFlag = (u32*)c.base;
   char* p = c.base + pg;
   auto guard = [&](char* at) { mprotect(at, pg, PROT_NONE); };
@@ -645,12 +640,7 @@ bool run_scenario(const Scenario& s, const Options& o) {
     }
     drivers.push_back(pid);
   }
-  bool fatal = false;
-  const bool ok = emu_wait_drivers(drivers, &fatal);
-  if (fatal) dump(c);
-  printf("%s %s: %zu launches on %d ranks in %.1f s\n", ok ? "PASS" : "FAIL", s.name.c_str(), nl, s.nranks,
-         emu_now() - t0);
-  fflush(stdout);
+  const bool ok = emu_join(drivers, [&] { dump(c); }, s.name, nl, "launches", s.nranks, t0);
   munmap(c.base, c.size);
   return ok;
 }

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -200,6 +201,25 @@ void emu_set_slow(int us, int block, int lateUs) {
   emu_slow_us = us;
   g_slow_block = block;
   g_slow_late_us = lateUs;
+}
+
+bool emu_join(std::vector<pid_t>& drivers, const std::function<void()>& dump, const std::string& name, size_t n,
+              const char* what, int nranks, double t0) {
+  bool fatal = false;
+  const bool ok = emu_wait_drivers(drivers, &fatal);
+  if (fatal) dump();
+  printf("%s %s: %zu %s on %d ranks in %.1f s\n", ok ? "PASS" : "FAIL", name.c_str(), n, what, nranks, emu_now() - t0);
+  fflush(stdout);
+  return ok;
+}
+
+char* emu_map_shared(size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("emu: mmap");
+    return nullptr;
+  }
+  return (char*)p;
 }
 
 double emu_now() {
