@@ -83,17 +83,5 @@ __device__ void allreduce_twoshot(const Params& p) {
 
 }  // namespace goccl
 
-#define GOCCL_AR_KERNEL(algo, opname, Op, tname, T)                                    \
-  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
-      goccl_allreduce_##algo##_##tname##_##opname(goccl::Params p) {                   \
-    goccl::allreduce_##algo<T, goccl::Op>(p);                                          \
-  }
-#define GOCCL_AR_OPS(algo)                       \
-  GOCCL_TYPES(GOCCL_AR_KERNEL, algo, sum, OpSum)   \
-  GOCCL_TYPES(GOCCL_AR_KERNEL, algo, prod, OpProd) \
-  GOCCL_TYPES(GOCCL_AR_KERNEL, algo, min, OpMin)   \
-  GOCCL_TYPES(GOCCL_AR_KERNEL, algo, max, OpMax)   \
-  GOCCL_TYPES(GOCCL_AR_KERNEL, algo, avg, OpAvg)
-
-GOCCL_AR_OPS(oneshot)
-GOCCL_AR_OPS(twoshot)
+GOCCL_KERNELS(allreduce_oneshot, allreduce_oneshot)
+GOCCL_KERNELS(allreduce_twoshot, allreduce_twoshot)

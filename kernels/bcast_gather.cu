@@ -60,8 +60,10 @@ __device__ void allgather_oneshot(const Params& p) {
 }  // namespace goccl
 
 extern "C" __global__ void __launch_bounds__(goccl::kThreads) goccl_broadcast_oneshot(goccl::Params p) {
+  goccl::grid_dep_sync();
   goccl::broadcast_oneshot(p);
 }
 extern "C" __global__ void __launch_bounds__(goccl::kThreads) goccl_allgather_oneshot(goccl::Params p) {
+  goccl::grid_dep_sync();
   goccl::allgather_oneshot(p);
 }

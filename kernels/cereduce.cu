@@ -34,8 +34,7 @@
 //
 // Params: send = this rank's own contribution to its piece, recv = its
 // output piece, count = elements of the piece here (ranks may differ by the
-// rounding), ceChunks, ceChunk (elements),
-// ceSeq, ceDepth.
+// rounding), ceChunks, ceChunk (elements), ceSeq, ceDepth.
 #include "common.cuh"
 
 namespace goccl {
@@ -106,14 +105,4 @@ __device__ void cereduce(const Params& p) {
 
 }  // namespace goccl
 
-#define GOCCL_CER_KERNEL(opname, Op, tname, T)                                         \
-  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
-      goccl_cereduce_##tname##_##opname(goccl::Params p) {                             \
-    goccl::cereduce<T, goccl::Op>(p);                                                  \
-  }
-
-GOCCL_TYPES(GOCCL_CER_KERNEL, sum, OpSum)
-GOCCL_TYPES(GOCCL_CER_KERNEL, prod, OpProd)
-GOCCL_TYPES(GOCCL_CER_KERNEL, min, OpMin)
-GOCCL_TYPES(GOCCL_CER_KERNEL, max, OpMax)
-GOCCL_TYPES(GOCCL_CER_KERNEL, avg, OpAvg)
+GOCCL_KERNELS(cereduce, cereduce)

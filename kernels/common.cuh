@@ -341,7 +341,11 @@ struct Ctx {
     return (char*)p.peerStaging[r] + (u64)half * halfBytes + ((u64)src * kMaxBlocks + blockIdx.x) * p.slotBytes;
   }
   // barrier: every rank's same block has arrived. Returns false when the
-  // communicator was aborted while waiting.
+  // communicator was aborted while waiting. The release store alone
+  // publishes the whole block's writes: it is cumulative over what bar.sync
+  // ordered before it (the C++ mapping of release stores onto PTX is proven
+  // sound), and a fence.sc.sys before it cost 1.4 us per barrier on H200
+  // (docs/perf.md, session 5).
   __device__ bool barrier() {
     __shared__ int s_abort;
     if (threadIdx.x == 0) s_abort = 0;
@@ -349,7 +353,6 @@ struct Ctx {
     epoch++;
     const int t = threadIdx.x;
     if (t < p.nranks && t != p.rank) {
-      fence_sys();
       st_release_sys((u32*)p.peerSignals[t] + blockIdx.x * kMaxRanks + p.rank, epoch);
       const u32* mine = (const u32*)p.signals + blockIdx.x * kMaxRanks + t;
       const u32* abortp = (const u32*)p.abortFlag;
@@ -392,3 +395,21 @@ __device__ __forceinline__ u64 chunk_elems(u64 total, u64 slotBytes, u64 elem) {
   X(__VA_ARGS__, i64, goccl::i64) X(__VA_ARGS__, u64, goccl::u64)               \
   X(__VA_ARGS__, f16, goccl::f16) X(__VA_ARGS__, bf16, goccl::bf16)             \
   X(__VA_ARGS__, f32, float) X(__VA_ARGS__, f64, double)
+
+// GOCCL_KERNEL defines the exported kernel goccl_<prefix>_<tname>_<opname>,
+// which runs goccl::fn<T, Op>. Its first act is grid_dep_sync (prims.cuh):
+// the backend launches kernels that may start while the previous one on
+// the stream is still running.
+#define GOCCL_KERNEL(prefix, fn, opname, Op, tname, T)                                  \
+  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
+      goccl_##prefix##_##tname##_##opname(goccl::Params p) {                           \
+    goccl::grid_dep_sync();                                                             \
+    goccl::fn<T, goccl::Op>(p);                                                         \
+  }
+// GOCCL_KERNELS defines goccl_<prefix>_<type>_<op> for every type and op.
+#define GOCCL_KERNELS(prefix, fn)                            \
+  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, sum, OpSum)          \
+  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, prod, OpProd)        \
+  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, min, OpMin)          \
+  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, max, OpMax)          \
+  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, avg, OpAvg)

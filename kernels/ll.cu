@@ -113,13 +113,4 @@ __device__ void allreduce_ll(const Params& p) {
 
 }  // namespace goccl
 
-#define GOCCL_LL_KERNEL(opname, Op, tname, T)                                          \
-  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
-      goccl_allreduce_ll_##tname##_##opname(goccl::Params p) {                         \
-    goccl::allreduce_ll<T, goccl::Op>(p);                                              \
-  }
-GOCCL_TYPES(GOCCL_LL_KERNEL, sum, OpSum)
-GOCCL_TYPES(GOCCL_LL_KERNEL, prod, OpProd)
-GOCCL_TYPES(GOCCL_LL_KERNEL, min, OpMin)
-GOCCL_TYPES(GOCCL_LL_KERNEL, max, OpMax)
-GOCCL_TYPES(GOCCL_LL_KERNEL, avg, OpAvg)
+GOCCL_KERNELS(allreduce_ll, allreduce_ll)

@@ -52,6 +52,18 @@ __device__ __forceinline__ void st1(void* p, u8 v) {
 }
 
 __device__ __forceinline__ void bar_sync() { asm volatile("bar.sync 0;" ::: "memory"); }
+
+// grid_dep_sync: with programmatic dependent launch (sm_90), a kernel may
+// get onto the SMs while the previous kernel on its stream still runs;
+// griddepcontrol.wait holds it until that kernel is complete and its
+// writes are visible, and launch_dependents then lets the next such launch
+// do the same. Both are no-ops for an ordinary launch. Every goccl kernel
+// calls this first, before it touches memory.
+__device__ __forceinline__ void grid_dep_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void fence_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
 __device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");

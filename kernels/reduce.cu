@@ -59,17 +59,5 @@ __device__ void reducescatter_oneshot(const Params& p) {
 
 }  // namespace goccl
 
-#define GOCCL_RED_KERNEL(coll, opname, Op, tname, T)                                   \
-  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
-      goccl_##coll##_oneshot_##tname##_##opname(goccl::Params p) {                     \
-    goccl::coll##_oneshot<T, goccl::Op>(p);                                            \
-  }
-#define GOCCL_RED_OPS(coll)                         \
-  GOCCL_TYPES(GOCCL_RED_KERNEL, coll, sum, OpSum)   \
-  GOCCL_TYPES(GOCCL_RED_KERNEL, coll, prod, OpProd) \
-  GOCCL_TYPES(GOCCL_RED_KERNEL, coll, min, OpMin)   \
-  GOCCL_TYPES(GOCCL_RED_KERNEL, coll, max, OpMax)   \
-  GOCCL_TYPES(GOCCL_RED_KERNEL, coll, avg, OpAvg)
-
-GOCCL_RED_OPS(reduce)
-GOCCL_RED_OPS(reducescatter)
+GOCCL_KERNELS(reduce_oneshot, reduce_oneshot)
+GOCCL_KERNELS(reducescatter_oneshot, reducescatter_oneshot)

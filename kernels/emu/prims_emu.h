@@ -96,6 +96,8 @@ __forceinline__ V16 ld_volatile16(const void* p) {
 
 // bar_sync: every thread of the block (a pthread barrier of blockDim.x).
 __forceinline__ void bar_sync() { ::emu_bar_sync(); }
+// grid_dep_sync: the emulator runs one launch at a time.
+__forceinline__ void grid_dep_sync() {}
 __forceinline__ void fence_sys() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 __forceinline__ void st_release_sys(u32* p, u32 v) {
   emu_check_align<4>(p);
