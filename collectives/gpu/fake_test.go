@@ -36,6 +36,7 @@ type fakeDriver struct {
 	events     int
 	syncs      int  // CtxSynchronize calls
 	quiet      bool // record nothing (allocation tests)
+	ccMajor    int  // compute capability major (DeviceAttribute); 0 reads as 1
 }
 
 // fakeOp is one stream-ordered operation.
@@ -74,7 +75,12 @@ func (f *fakeDriver) op(o fakeOp) error {
 
 func (f *fakeDriver) handle() uintptr { f.nextHandle++; return 0x5000 + f.nextHandle }
 
-func (f *fakeDriver) DeviceAttribute(cuda.Device, cuda.DeviceAttribute) (int, error) { return 1, nil }
+func (f *fakeDriver) DeviceAttribute(_ cuda.Device, a cuda.DeviceAttribute) (int, error) {
+	if a == cuda.AttrComputeCapabilityMajor && f.ccMajor != 0 {
+		return f.ccMajor, nil
+	}
+	return 1, nil
+}
 func (f *fakeDriver) StreamCreate(cuda.Context, bool) (cuda.Stream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -43,6 +43,10 @@ type Backend struct {
 	workspace *transport.Region
 	tune      tuning
 	forced    collectives.Algorithm
+	// pdl: the collective kernels launch programmatically (tuning.pdl, on
+	// a GPU of compute capability 9.0 or later), so that each gets onto the
+	// SMs while the one before it on the stream finishes.
+	pdl bool
 
 	abortMu   sync.Mutex     // Abort's write of abortHost against its free
 	abortHost unsafe.Pointer // host-pinned u32 the kernels poll
@@ -178,6 +182,10 @@ func (be *Backend) openDevice(ordinal int) error {
 	}
 	if be.ctx, err = be.drv.PrimaryCtxRetain(be.dev); err != nil {
 		return fmt.Errorf("gpu backend: retain context of device %d: %w", ordinal, err)
+	}
+	if be.tune.pdl {
+		major, err := be.drv.DeviceAttribute(be.dev, cuda.AttrComputeCapabilityMajor)
+		be.pdl = err == nil && major >= 9
 	}
 	return nil
 }

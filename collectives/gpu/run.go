@@ -55,9 +55,10 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	fn := be.fns.get(f, a.Type, a.Op)
 	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size)
 	cfg := cuda.LaunchConfig{
-		Grid:   cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
-		Block:  cuda.Dim3{X: threads, Y: 1, Z: 1},
-		Stream: cuda.Stream(a.Stream),
+		Grid:         cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
+		Block:        cuda.Dim3{X: threads, Y: 1, Z: 1},
+		Stream:       cuda.Stream(a.Stream),
+		Programmatic: be.pdl,
 	}
 	if err := be.drv.LaunchKernel(be.ctx, fn, cfg, be.prm[:]); err != nil {
 		// The peers' kernels already wait at a barrier for this rank's:

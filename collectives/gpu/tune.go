@@ -16,7 +16,9 @@ import (
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
 // llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
 // cegrid, cedirect (0 or 1) and cefloor.<coll> (copy-engine reductions),
-// ll.<coll>, ce.<coll> (coll as nccl-tests spells it).
+// ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
+// programmatic dependent launch of the kernels, on by default where the
+// GPU has it).
 // Every rank must be given the same value: New fails otherwise, as
 // mismatched launch shapes would leave ranks waiting forever.
 const EnvTune = "GOCCL_TUNE"
@@ -46,6 +48,9 @@ type tuning struct {
 	ceGrid     int
 	ceDirect   bool
 	ceExplicit [collectives.NumCollectives]bool
+	// pdl launches the collective kernels with programmatic stream
+	// serialization where the GPU has it (Backend.pdl).
+	pdl bool
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -83,6 +88,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,
 		ceDirect:   true,
+		pdl:        true,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
@@ -112,11 +118,15 @@ func (t *tuning) parse(spec string) error {
 }
 
 func (t *tuning) set(key, val string) error {
-	if key == "cedirect" {
+	if key == "cedirect" || key == "pdl" {
 		if val != "0" && val != "1" {
 			return fmt.Errorf("want 0 or 1: %w", collectives.ErrInvalidArgument)
 		}
-		t.ceDirect = val == "1"
+		if key == "pdl" {
+			t.pdl = val == "1"
+		} else {
+			t.ceDirect = val == "1"
+		}
 		return nil
 	}
 	if key == "grid" || key == "cegrid" {

@@ -27,6 +27,12 @@ type LaunchConfig struct {
 	Grid, Block Dim3
 	SharedMem   uint32
 	Stream      Stream
+	// Programmatic launches with programmatic stream serialization
+	// (compute capability 9.0 on): the kernel may get onto the SMs while
+	// the previous kernel on the stream still runs, so it must wait
+	// (griddepcontrol.wait) before it touches memory. Where the driver
+	// lacks cuLaunchKernelEx the launch is an ordinary one.
+	Programmatic bool
 }
 
 // Driver is the part of the CUDA driver API goccl uses. The real

@@ -372,6 +372,23 @@ func TestGPULaunchKernelPTX(t *testing.T) {
 	}
 	assert.Equal(t, ^uint64(0), got[n], "the kernel must stop at n")
 
+	// A programmatic launch (cuLaunchKernelEx) takes the same packed
+	// parameters; after a memset, which is no kernel, it runs in order.
+	require.NoError(t, drv.MemsetD8Async(ctx, out, 0xff, 8*(n+1), s))
+	params = NewParamBuffer(32).Ptr(out).U32(n).U64(2 * base)
+	require.NoError(t, params.Err())
+	prog := cfg
+	prog.Programmatic = true
+	require.NoError(t, drv.LaunchKernel(ctx, f, prog, params.Bytes()))
+	require.NoError(t, drv.StreamSynchronize(ctx, s))
+	require.NoError(t, drv.MemcpyDtoH(ctx, unsafe.Pointer(&got[0]), out, 8*(n+1)))
+	for i := 0; i < n; i++ {
+		if got[i] != 2*base+uint64(i) {
+			t.Fatalf("programmatic launch: out[%d] = %#x, want %#x", i, got[i], 2*base+uint64(i))
+		}
+	}
+	assert.Equal(t, ^uint64(0), got[n], "the programmatic launch must stop at n")
+
 	// A bad launch is an error, not a crash.
 	bad := LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{1 << 14, 1, 1}, Stream: s}
 	err = drv.LaunchKernel(ctx, f, bad, params.Bytes())

@@ -62,12 +62,17 @@ func (driver) FuncSetMaxDynamicSharedMem(ctx Context, f Function, bytes int) err
 }
 
 // LaunchKernel launches f with params packed by ParamBuffer, passed as
-// CU_LAUNCH_PARAM_BUFFER_POINTER (the driver copies them during the call).
+// CU_LAUNCH_PARAM_BUFFER_POINTER (the driver copies them during the call);
+// a programmatic launch goes through cuLaunchKernelEx.
 func (driver) LaunchKernel(ctx Context, f Function, cfg LaunchConfig, params []byte) error {
+	prog := C.int(0)
+	if cfg.Programmatic {
+		prog = 1
+	}
 	return check("cuLaunchKernel", C.gcu_launchKernel(ctxArg(ctx), C.uintptr_t(f),
 		C.uint(cfg.Grid.X), C.uint(cfg.Grid.Y), C.uint(cfg.Grid.Z),
 		C.uint(cfg.Block.X), C.uint(cfg.Block.Y), C.uint(cfg.Block.Z),
-		C.uint(cfg.SharedMem), C.uintptr_t(cfg.Stream), cbytes(params), C.size_t(len(params))))
+		C.uint(cfg.SharedMem), C.uintptr_t(cfg.Stream), cbytes(params), C.size_t(len(params)), prog))
 }
 
 func (driver) StreamBeginCapture(ctx Context, s Stream, mode CaptureMode) error {

@@ -99,6 +99,26 @@ static gcuResult (*p_cuModuleGetFunction)(opaque *, opaque, const char *);
 static gcuResult (*p_cuFuncSetAttribute)(opaque, int, int);
 static gcuResult (*p_cuLaunchKernel)(opaque, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                                      unsigned int, unsigned int, opaque, void **, void **);
+// cuLaunchKernelEx's configuration, laid out as cuda.h's CUlaunchConfig and
+// CUlaunchAttribute (CUDA 12.0 on); only the attribute goccl sets is named.
+typedef struct {
+	unsigned int id;
+	char pad[4];
+	union {
+		char bytes[64];
+		int programmaticStreamSerializationAllowed;
+	} value;
+} gcuLaunchAttribute;
+typedef struct {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	opaque hStream;
+	gcuLaunchAttribute *attrs;
+	unsigned int numAttrs;
+} gcuLaunchConfig;
+enum { GCU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+static gcuResult (*p_cuLaunchKernelEx)(const gcuLaunchConfig *, opaque, void **, void **);
 static gcuResult (*p_cuStreamBeginCapture_v2)(opaque, int);
 static gcuResult (*p_cuStreamEndCapture)(opaque, opaque *);
 static gcuResult (*p_cuStreamIsCapturing)(opaque, int *);
@@ -187,6 +207,7 @@ static const gcuSym syms[] = {
 	SYM(cuModuleGetFunction, NULL, 1),
 	SYM(cuFuncSetAttribute, NULL, 1),
 	SYM(cuLaunchKernel, NULL, 1),
+	SYM(cuLaunchKernelEx, NULL, 0),
 	SYM(cuStreamBeginCapture_v2, NULL, 1),
 	SYM(cuStreamEndCapture, NULL, 1),
 	SYM(cuStreamIsCapturing, NULL, 1),
@@ -559,7 +580,7 @@ gcuResult gcu_funcSetAttribute(uintptr_t ctx, uintptr_t f, int attr, int v) {
 }
 gcuResult gcu_launchKernel(uintptr_t ctx, uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, uintptr_t s,
-                           void *params, size_t nparams) {
+                           void *params, size_t nparams, int programmatic) {
 	SETCTX(ctx);
 	// The driver copies the packed parameters during the call.
 	size_t size = nparams;
@@ -568,6 +589,14 @@ gcuResult gcu_launchKernel(uintptr_t ctx, uintptr_t f, unsigned int gx, unsigned
 	    (void *)(uintptr_t)CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 	    (void *)(uintptr_t)CU_LAUNCH_PARAM_END,
 	};
+	if (programmatic && p_cuLaunchKernelEx) {
+		gcuLaunchAttribute attr;
+		memset(&attr, 0, sizeof attr);
+		attr.id = GCU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attr.value.programmaticStreamSerializationAllowed = 1;
+		gcuLaunchConfig cfg = {gx, gy, gz, bx, by, bz, shmem, O(s), &attr, 1};
+		return p_cuLaunchKernelEx(&cfg, O(f), NULL, nparams ? extra : NULL);
+	}
 	return p_cuLaunchKernel(O(f), gx, gy, gz, bx, by, bz, shmem, O(s), NULL, nparams ? extra : NULL);
 }
 

@@ -149,7 +149,7 @@ gcuResult gcu_moduleGetFunction(uintptr_t ctx, uintptr_t *f, uintptr_t m, const 
 gcuResult gcu_funcSetAttribute(uintptr_t ctx, uintptr_t f, int attr, int v);
 gcuResult gcu_launchKernel(uintptr_t ctx, uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                           uintptr_t s, void *params, size_t nparams);
+                           uintptr_t s, void *params, size_t nparams, int programmatic);
 
 // Graphs.
 gcuResult gcu_streamBeginCapture(uintptr_t ctx, uintptr_t s, int mode);
