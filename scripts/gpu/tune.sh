@@ -58,15 +58,15 @@ if want check; then
   # copy engines) at every size class; the widest grid with small slots.
   check "ll forced" GOCCL_ALGO=ll -- --colls all_reduce --counts 1,2,3,7,4095,16387,131072 --graph 100 --stress 1000
   check "default choice, large" -- --counts 0,1,7,4095,1048579 --large 64Mi --stress 1000
-  check "grid=256,slot=64K" GOCCL_TUNE=grid=256,slot=64K,blockbytes=4K -- --counts 1,7,4095,1048579 --graph 20 --stress 300
+  check "grid=128,slot=256K" GOCCL_TUNE=grid=128,slot=256K,blockbytes=4K -- --counts 1,7,4095,1048579 --graph 20 --stress 300
   # Timing kernels that give wrong answers (or hang) wastes the call.
   [ $failed = 1 ] && PARTS=(none)
 fi
 if want large; then
   S=(-b 32M -e 512M -f 4 -n 20 -w 5)
   for c in all_reduce reduce_scatter all_gather broadcast; do
-    for t in grid=128 grid=192 grid=256 grid=256,slot=64K grid=128,slot=256K grid=128,slot=64K; do
-      sweep "$c oneshot $t" GOCCL_ALGO=oneshot GOCCL_TUNE=$t -- "$c" "${S[@]}"
+    for t in ${LARGE_TUNE:-grid=96 grid=128 grid=128,slot=64K grid=128,slot=256K}; do
+      sweep "$c $t" GOCCL_TUNE=$t -- "$c" "${S[@]}"
     done
   done
 fi

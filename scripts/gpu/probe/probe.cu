@@ -8,9 +8,17 @@
 //   ll128 a one-shot AllReduce whose 128-byte lines carry 120 bytes of data
 //        and an 8-byte flag, stored by 8 lanes of a warp in one instruction
 //        and read the same way, so that the reader reduces as lines land.
+//   pipe the one-shot as goccl's kernel does it (push, barrier, reduce),
+//        with and without a fence.sc.sys before the barrier's release
+//        store, beside a warp-specialized pipeline (pusher warps and
+//        reducer warps, a flag per chunk; PROBE_PIPE_ALL=1 sweeps its
+//        shapes) and a bare push.
+//   mix  the copy engines and SM stores moving bytes to the peer at once.
+//   pdl  the one-shot back to back, eager and in a graph, with and
+//        without programmatic dependent launch.
 //
 // Build and run on the GPU machine (never touches multicast):
-//   nvcc -O3 -arch=sm_90 -o /tmp/probe scripts/gpu/probe/probe.cu && /tmp/probe ce ll128
+//   nvcc -O3 -arch=sm_90 -o /tmp/probe scripts/gpu/probe/probe.cu && /tmp/probe ce ll128 pipe mix pdl
 // Every result is checked against exactly representable sums.
 #include <cuda_runtime.h>
 
@@ -397,6 +405,381 @@ void probe_ll128() {
   teardown();
 }
 
+// ---- the one-shot, its barrier, and a warp-specialized pipeline --------------
+
+// pipe: a 2-rank one-shot AllReduce (rs=0) or ReduceScatter (rs=1) in which
+// each block's first np warps push chunks into the peer's ring of `depth`
+// slots and flag each one, while the other warps reduce each chunk as its
+// flag lands and then hand the slot back. No barrier: a producer waits only
+// for a free slot, a consumer only for its chunk. oneshot: goccl's one-shot
+// kernel (push a round, barrier, reduce) in the same harness. fence: what
+// goes before a flag's release store: 0 nothing, 1 fence.sc.sys, 2
+// (oneshot only) fence.acq_rel.sys.
+struct PipeArgs {
+  const float* send;
+  float* recv;
+  size_t count;    // AllReduce: elements; ReduceScatter: output elements
+  char* ringMine;  // this rank's ring (the peer writes it)
+  char* ringPeer;  // the peer's ring
+  unsigned* sigMine;
+  unsigned* sigPeer;
+  int rank, np, rs, fence;
+  unsigned slot, depth;  // bytes per slot, slots per ring (a power of 2)
+  int pdl;               // oneshot: programmatic dependent launch (wait, then let the next launch start)
+};
+// Signal words, each [128] by block: ready (written by the peer), freed
+// (written by the peer), the pipe's counter, oneshot's epoch, oneshot's
+// incoming epoch.
+constexpr int kSigReady = 0, kSigFreed = 128, kSigCount = 256, kSigEpoch = 384, kSigIn = 512, kSigWords = 640;
+
+__device__ __forceinline__ void named_bar(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void st_rel(unsigned* p, unsigned v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acq(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_sc() { asm volatile("fence.sc.sys;" ::: "memory"); }
+__device__ __forceinline__ float4 ldcg(const float4* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+// pcopy and padd: thread t of nt, four vectors in flight per thread.
+__device__ __forceinline__ void pcopy(float4* dst, const float4* src, size_t n4, int t, int nt) {
+  size_t i = t;
+  for (; i + 3 * nt < n4; i += 4 * nt) {
+    float4 a = src[i], b = src[i + nt], c = src[i + 2 * nt], d = src[i + 3 * nt];
+    dst[i] = a;
+    dst[i + nt] = b;
+    dst[i + 2 * nt] = c;
+    dst[i + 3 * nt] = d;
+  }
+  for (; i < n4; i += nt) dst[i] = src[i];
+}
+__device__ __forceinline__ void padd(float4* out, const float4* mine, const float4* ring, size_t n4, int t, int nt) {
+  size_t i = t;
+  for (; i + 3 * nt < n4; i += 4 * nt) {
+    float4 a[4], b[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      a[u] = mine[i + u * nt];
+      b[u] = ldcg(ring + i + u * nt);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) out[i + u * nt] = add4(a[u], b[u]);
+  }
+  for (; i < n4; i += nt) out[i] = add4(mine[i], ldcg(ring + i));
+}
+
+__device__ __forceinline__ size_t pipe_chunk(size_t count, unsigned slot) {
+  size_t e = (count + gridDim.x - 1) / gridDim.x;
+  e = (e + 3) & ~(size_t)3;
+  return e < slot / 4 ? e : slot / 4;
+}
+
+__global__ void __launch_bounds__(512) pipe(PipeArgs a) {
+  const int b = blockIdx.x, G = gridDim.x, tid = threadIdx.x, peer = 1 - a.rank, P = a.np * 32;
+  const size_t E = pipe_chunk(a.count, a.slot), C = (a.count + E - 1) / E;
+  const unsigned k = b < (int)C ? (unsigned)((C - b + G - 1) / G) : 0;
+  const unsigned base = *(volatile unsigned*)(a.sigMine + kSigCount + b);
+  if (tid < P) {
+    char* ring = a.ringPeer + (size_t)(a.rank * 128 + b) * a.depth * a.slot;
+    for (unsigned i = 0; i < k; i++) {
+      const unsigned seq = base + i + 1;
+      if (tid == 0)
+        while ((int)(ld_acq(a.sigMine + kSigFreed + b) - (seq - a.depth)) < 0) {
+        }
+      named_bar(1, P);
+      const size_t lo = ((size_t)i * G + b) * E, n = a.count - lo < E ? a.count - lo : E;
+      const float* src = a.send + (a.rs ? peer * a.count : 0) + lo;
+      pcopy((float4*)(ring + (size_t)(seq & (a.depth - 1)) * a.slot), (const float4*)src, n / 4, tid, P);
+      named_bar(1, P);
+      if (tid == 0) {
+        if (a.fence) fence_sc();
+        st_rel(a.sigPeer + kSigReady + b, seq);
+      }
+    }
+  } else {
+    const int t = tid - P, NC = blockDim.x - P;
+    const char* ring = a.ringMine + (size_t)(peer * 128 + b) * a.depth * a.slot;
+    for (unsigned i = 0; i < k; i++) {
+      const unsigned seq = base + i + 1;
+      if (t == 0)
+        while ((int)(ld_acq(a.sigMine + kSigReady + b) - seq) < 0) {
+        }
+      named_bar(2, NC);
+      const size_t lo = ((size_t)i * G + b) * E, n = a.count - lo < E ? a.count - lo : E;
+      const float* mine = a.send + (a.rs ? a.rank * a.count : 0) + lo;
+      padd((float4*)(a.recv + lo), (const float4*)mine,
+           (const float4*)(ring + (size_t)(seq & (a.depth - 1)) * a.slot), n / 4, t, NC);
+      named_bar(2, NC);
+      if (t == 0) st_rel(a.sigPeer + kSigFreed + b, seq);
+    }
+  }
+  __syncthreads();
+  if (tid == 0) *(volatile unsigned*)(a.sigMine + kSigCount + b) = base + k;
+}
+
+__global__ void __launch_bounds__(512) oneshot(PipeArgs a) {
+  const int b = blockIdx.x, G = gridDim.x, tid = threadIdx.x, peer = 1 - a.rank;
+  if (a.pdl) asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+  const size_t E = pipe_chunk(a.count, a.slot);
+  unsigned epoch = *(volatile unsigned*)(a.sigMine + kSigEpoch + b);
+  for (size_t lo = b * E; lo < a.count; lo += G * E) {
+    const size_t n = a.count - lo < E ? a.count - lo : E;
+    const unsigned h = (epoch + 1) & 1;
+    const float* src = a.send + (a.rs ? peer * a.count : 0) + lo;
+    pcopy((float4*)(a.ringPeer + ((h * 2 + a.rank) * 128 + b) * (size_t)a.slot), (const float4*)src, n / 4, tid,
+          blockDim.x);
+    __syncthreads();
+    epoch++;
+    if (tid == 0) {
+      if (a.fence == 1) fence_sc();
+      if (a.fence == 2) asm volatile("fence.acq_rel.sys;" ::: "memory");
+      st_rel(a.sigPeer + kSigIn + b, epoch);
+      while ((int)(ld_acq(a.sigMine + kSigIn + b) - epoch) < 0) {
+      }
+    }
+    __syncthreads();
+    const float* mine = a.send + (a.rs ? a.rank * a.count : 0) + lo;
+    padd((float4*)(a.recv + lo), (const float4*)mine,
+         (const float4*)(a.ringMine + ((h * 2 + peer) * 128 + b) * (size_t)a.slot), n / 4, tid, blockDim.x);
+  }
+  if (tid == 0) *(volatile unsigned*)(a.sigMine + kSigEpoch + b) = epoch;
+}
+
+struct PipeCfg {
+  int np;
+  unsigned slot, depth;
+  int fence;
+  int base;  // 1: oneshot, 2: push only
+};
+
+void probe_pipe() {
+  printf("== warp-specialized pipeline against the one-shot (2 ranks, back-to-back launches, grid 128)\n");
+  printf("%-3s %8s %-20s %10s %9s %s\n", "op", "KiB", "config", "us", "busbw", "check");
+  const size_t maxBytes = 512 * MiB, ringBytes = 64 * MiB;
+  setup(maxBytes, 0, 1);
+  char* ring[2];
+  unsigned* sig[2];
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaMalloc(&ring[g], ringBytes));
+    CK(cudaMalloc(&sig[g], kSigWords * 4));
+    CK(cudaMemset(sig[g], 0, kSigWords * 4));
+  }
+  std::vector<PipeCfg> cfgs = {{16, 128 << 10, 2, 1, 1}, {16, 128 << 10, 2, 0, 1}, {16, 128 << 10, 2, 2, 1},
+                               {16, 64 << 10, 2, 1, 1},  {16, 64 << 10, 2, 0, 1},  {16, 0, 0, 0, 2}};
+  if (getenv("PROBE_PIPE_ALL")) {
+    for (int np : {4, 8, 12})
+      for (auto sd : std::vector<std::pair<unsigned, unsigned>>{{16 << 10, 8}, {32 << 10, 4}, {64 << 10, 4}})
+        for (int fence : {0, 1}) cfgs.push_back({np, sd.first, sd.second, fence, 0});
+  }
+  auto enq = [&](const PipeCfg& c, size_t count, int rs) {
+    for (int g = 0; g < 2; g++) {
+      CK(cudaSetDevice(g));
+      if (c.base == 2) {
+        push<<<128, 512, 0, dev[g].P>>>((const float4*)(dev[g].send + (rs ? (1 - g) * count : 0)),
+                                        (float4*)dev[1 - g].recv, count / 4);
+        continue;
+      }
+      PipeArgs a{dev[g].send, dev[g].recv, count, ring[g], ring[1 - g], sig[g], sig[1 - g], g, c.np, rs, c.fence,
+                 c.slot, c.depth};
+      if (c.base == 1) oneshot<<<128, 512, 0, dev[g].P>>>(a);
+      else pipe<<<128, 512, 0, dev[g].P>>>(a);
+    }
+  };
+  for (int rs = 0; rs < 2; rs++) {
+    for (size_t bytes : {512 * 1024UL, 2 * MiB, 8 * MiB, 32 * MiB, 128 * MiB, 512 * MiB}) {
+      if (rs && bytes < 32 * MiB) continue;
+      const size_t count = rs ? bytes / 8 : bytes / 4;  // ReduceScatter: bytes of input, count per rank
+      for (auto& c : cfgs) {
+        for (int g = 0; g < 2; g++) {
+          CK(cudaSetDevice(g));
+          CK(cudaDeviceSynchronize());
+        }
+        u64 bad = 0;
+        for (int it = 0; c.base != 2 && it < 3; it++) {
+          for (int g = 0; g < 2; g++) {
+            CK(cudaSetDevice(g));
+            fill<<<264, 512, 0, dev[g].P>>>(dev[g].send, bytes / 4, 0, 100 * it + 1 + g);
+            poison<<<264, 512, 0, dev[g].P>>>(dev[g].recv, count);
+            CK(cudaDeviceSynchronize());
+          }
+          enq(c, count, rs);
+          for (int g = 0; g < 2; g++) {
+            CK(cudaSetDevice(g));
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemset(dev[g].bad, 0, 8));
+            check<<<264, 512>>>(dev[g].recv, count, rs ? g * count : 0, 100 * it + 1, 100 * it + 2, dev[g].bad);
+            u64 x;
+            CK(cudaMemcpy(&x, dev[g].bad, 8, cudaMemcpyDeviceToHost));
+            bad += x;
+          }
+        }
+        for (int i = 0; i < 3; i++) enq(c, count, rs);
+        const int reps = bytes >= 128 * MiB ? 10 : 50;
+        const double t = timed(reps, [&](int) { enq(c, count, rs); });
+        char name[64];
+        if (c.base == 1) snprintf(name, sizeof name, "oneshot s%uK f%d", c.slot >> 10, c.fence);
+        else if (c.base == 2) snprintf(name, sizeof name, "push only");
+        else snprintf(name, sizeof name, "pipe w%d s%uK d%u f%d", c.np, c.slot >> 10, c.depth, c.fence);
+        // busbw at 2 ranks: AllReduce moves its bytes each way, ReduceScatter half.
+        printf("%-3s %8zu %-20s %10.2f %9.1f %s\n", rs ? "rs" : "ar", bytes / 1024, name, t,
+               (rs ? bytes / 2 : bytes) / t / 1e3, c.base == 2 ? "-" : bad ? ("BAD " + std::to_string(bad)).c_str() : "ok");
+      }
+    }
+  }
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(ring[g]));
+    CK(cudaFree(sig[g]));
+  }
+  teardown();
+}
+
+// ---- copy engines and SMs at once ---------------------------------------------
+
+// mix: does the link carry more when the copy engines and SM stores move
+// bytes to the peer at the same time? Both GPUs send at once; a fraction f
+// of the bytes goes by cudaMemcpyAsync on one stream, the rest by the push
+// kernel on another.
+void probe_mix() {
+  printf("== copy engines and SM stores at once, both directions (busbw = bytes each way / time)\n");
+  printf("%8s %6s %5s %10s %9s\n", "MiB", "ce %", "grid", "us", "GB/s");
+  const size_t bytes = 512 * MiB;
+  setup(bytes, 0, 1);
+  for (int grid : {132, 264}) {
+    for (int pct : {0, 40, 50, 60, 70, 80, 100}) {
+      if (pct == 100 && grid != 132) continue;
+      const size_t ce = (bytes * pct / 100) & ~(size_t)4095, sm = bytes - ce;
+      auto enq = [&](int) {
+        for (int g = 0; g < 2; g++) {
+          CK(cudaSetDevice(g));
+          Dev& d = dev[g];
+          CK(cudaEventRecord(d.start, d.P));
+          CK(cudaStreamWaitEvent(d.S, d.start, 0));
+          if (ce) CK(cudaMemcpyAsync(dev[1 - g].recv, d.send, ce, cudaMemcpyDefault, d.S));
+          if (sm)
+            push<<<grid, 512, 0, d.P>>>((const float4*)((char*)d.send + ce), (float4*)((char*)dev[1 - g].recv + ce),
+                                        sm / 16);
+          CK(cudaEventRecord(d.joinS, d.S));
+          CK(cudaStreamWaitEvent(d.P, d.joinS, 0));
+        }
+      };
+      enq(0);
+      const double t = timed(10, enq);
+      printf("%8zu %6d %5d %10.1f %9.1f\n", bytes / MiB, pct, grid, t, bytes / t / 1e3);
+    }
+  }
+  teardown();
+}
+
+// ---- programmatic dependent launch ------------------------------------------
+
+// pdl: the one-shot (without the system fence) launched back to back,
+// eagerly and as a CUDA graph of 20, with and without programmatic
+// dependent launch, which lets the next launch get onto the SMs while this
+// one runs; it waits (griddepcontrol.wait) until this one is complete.
+void probe_pdl() {
+  printf("== one-shot back to back, with and without programmatic dependent launch (us per op)\n");
+  printf("%8s %10s %10s %10s %10s %s\n", "bytes", "eager", "eager pdl", "graph", "graph pdl", "check");
+  const size_t ringBytes = 64 * MiB, maxBytes = 32 * MiB;
+  setup(maxBytes, 0, 1);
+  char* ring[2];
+  unsigned* sig[2];
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaMalloc(&ring[g], ringBytes));
+    CK(cudaMalloc(&sig[g], kSigWords * 4));
+    CK(cudaMemset(sig[g], 0, kSigWords * 4));
+  }
+  auto launch = [&](int g, size_t count, int pdl, cudaStream_t st) {
+    PipeArgs a{dev[g].send, dev[g].recv, count, ring[g], ring[1 - g], sig[g], sig[1 - g], g, 16, 0, 0,
+               128 << 10, 2, pdl};
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(128);
+    cfg.blockDim = dim3(512);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, oneshot, a));
+  };
+  for (size_t bytes : {16UL, 64 * 1024UL, 512 * 1024UL, 2 * MiB, 8 * MiB, 32 * MiB}) {
+    const size_t count = bytes / 4;
+    double t[4];
+    u64 bad = 0;
+    for (int mode = 0; mode < 4; mode++) {
+      const int pdl = mode & 1, graph = mode >> 1;
+      cudaGraphExec_t exec[2] = {};
+      if (graph) {
+        for (int g = 0; g < 2; g++) {
+          CK(cudaSetDevice(g));
+          CK(cudaStreamBeginCapture(dev[g].P, cudaStreamCaptureModeThreadLocal));
+          for (int i = 0; i < 20; i++) launch(g, count, pdl, dev[g].P);
+          cudaGraph_t gr;
+          CK(cudaStreamEndCapture(dev[g].P, &gr));
+          CK(cudaGraphInstantiate(&exec[g], gr, 0));
+          CK(cudaGraphDestroy(gr));
+        }
+      }
+      auto enq = [&](int) {
+        for (int g = 0; g < 2; g++) {
+          CK(cudaSetDevice(g));
+          if (graph) CK(cudaGraphLaunch(exec[g], dev[g].P));
+          else launch(g, count, pdl, dev[g].P);
+        }
+      };
+      // Correctness: fresh inputs, poisoned output, then the ops.
+      for (int g = 0; g < 2; g++) {
+        CK(cudaSetDevice(g));
+        fill<<<264, 512, 0, dev[g].P>>>(dev[g].send, count, 0, 7 + mode + 10 * g);
+        poison<<<264, 512, 0, dev[g].P>>>(dev[g].recv, count);
+        CK(cudaDeviceSynchronize());
+      }
+      enq(0);
+      for (int g = 0; g < 2; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemset(dev[g].bad, 0, 8));
+        check<<<264, 512>>>(dev[g].recv, count, 0, 7 + mode, 17 + mode, dev[g].bad);
+        u64 x;
+        CK(cudaMemcpy(&x, dev[g].bad, 8, cudaMemcpyDeviceToHost));
+        bad += x;
+      }
+      for (int i = 0; i < 3; i++) enq(0);
+      const int reps = graph ? 20 : 200;
+      t[mode] = timed(reps, enq) / (graph ? 20 : 1);
+      for (int g = 0; g < 2 && graph; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaDeviceSynchronize());
+        CK(cudaGraphExecDestroy(exec[g]));
+      }
+    }
+    printf("%8zu %10.2f %10.2f %10.2f %10.2f %s\n", bytes, t[0], t[1], t[2], t[3],
+           bad ? ("BAD " + std::to_string(bad)).c_str() : "ok");
+  }
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(ring[g]));
+    CK(cudaFree(sig[g]));
+  }
+  teardown();
+}
+
 int main(int argc, char** argv) {
   int n = 0;
   CK(cudaGetDeviceCount(&n));
@@ -411,8 +794,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "ce")) probe_ce();
     else if (!strcmp(argv[i], "ll128")) probe_ll128();
+    else if (!strcmp(argv[i], "pipe")) probe_pipe();
+    else if (!strcmp(argv[i], "mix")) probe_mix();
+    else if (!strcmp(argv[i], "pdl")) probe_pdl();
     else {
-      fprintf(stderr, "probe: unknown part %s (ce, ll128)\n", argv[i]);
+      fprintf(stderr, "probe: unknown part %s (ce, ll128, pipe, mix, pdl)\n", argv[i]);
       return 2;
     }
   }
