@@ -1,6 +1,6 @@
 // Command goccl is the user's entry point: run launches multi-rank jobs,
-// bench measures collectives in nccl-tests' format, info shows what the
-// runtime sees and would choose.
+// bench measures collectives in nccl-tests' format, plot draws saved
+// bench reports, info shows what the runtime sees and would choose.
 package main
 
 import (
@@ -13,6 +13,7 @@ const usage = `usage: goccl <command> [arguments]
 commands:
   run    -np N [--tag-output] [--timeout D] prog args...   start N local ranks
   bench  <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
+  plot   -o FILE.png RUN.json [PEER.json...]                busbw against size from saved reports
   info   [--json]                                            devices, links, choices
 `
 
@@ -28,6 +29,8 @@ func main() {
 		code = runMain(args)
 	case "bench":
 		code = benchMain(args)
+	case "plot":
+		code = plotMain(args)
 	case "info":
 		code = infoMain(args)
 	case "help", "-h", "--help":

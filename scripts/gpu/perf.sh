@@ -3,8 +3,8 @@
 # Binaries come from scripts/gpu/build.sh (carried in .gpu); NCCL is reached
 # through PyTorch's torch.distributed (bench/nccl/nccl_bench.py). Each
 # collective runs once per tool with the same sizes and mode; compare.py
-# prints size, both times and busbw, and the speedup. Raw JSON lands in
-# $OUT/perf.tgz.
+# prints size, both times and busbw, and the speedup; `goccl plot` draws
+# both busbw curves. Raw JSON and the plots land in $OUT/perf.tgz.
 #   bash scripts/gpu/perf.sh [quick|reg|regred|huge]
 # quick: AllReduce only; reg: the registered-buffer (copy engine) runs only;
 # regred: AllReduce and ReduceScatter on registered buffers; huge: 1 and 2
@@ -84,6 +84,7 @@ for f in "$D"/goccl_*.json; do
   [ -f "$D/nccl_$name.json" ] || continue
   echo "## $name"
   python3 bench/nccl/compare.py "$f" "$D/nccl_$name.json" --out "$D/pairs_$name.json"
+  "$B/goccl" plot -o "$D/plot_$name.png" "$f" "$D/nccl_$name.json" >&2 || echo "plot $name failed" >&2
   echo
 done | tee "$D/tables.txt"
 for f in "$D"/goccl_*.txt; do echo "== $f"; grep -E '^ +[0-9]' "$f" | awk '{print $1, $6, $8, $10, $12}'; done

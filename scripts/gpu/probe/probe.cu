@@ -427,10 +427,10 @@ struct PipeArgs {
   unsigned slot, depth;  // bytes per slot, slots per ring (a power of 2)
   int pdl;               // oneshot: programmatic dependent launch (wait, then let the next launch start)
 };
-// Signal words, each [128] by block: ready (written by the peer), freed
+// Signal words, each [512] by block: ready (written by the peer), freed
 // (written by the peer), the pipe's counter, oneshot's epoch, oneshot's
 // incoming epoch.
-constexpr int kSigReady = 0, kSigFreed = 128, kSigCount = 256, kSigEpoch = 384, kSigIn = 512, kSigWords = 640;
+constexpr int kSigReady = 0, kSigFreed = 512, kSigCount = 1024, kSigEpoch = 1536, kSigIn = 2048, kSigWords = 2560;
 
 __device__ __forceinline__ void named_bar(int id, int n) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(512) pipe(PipeArgs a) {
   const unsigned k = b < (int)C ? (unsigned)((C - b + G - 1) / G) : 0;
   const unsigned base = *(volatile unsigned*)(a.sigMine + kSigCount + b);
   if (tid < P) {
-    char* ring = a.ringPeer + (size_t)(a.rank * 128 + b) * a.depth * a.slot;
+    char* ring = a.ringPeer + (size_t)(a.rank * G + b) * a.depth * a.slot;
     for (unsigned i = 0; i < k; i++) {
       const unsigned seq = base + i + 1;
       if (tid == 0)
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(512) pipe(PipeArgs a) {
     }
   } else {
     const int t = tid - P, NC = blockDim.x - P;
-    const char* ring = a.ringMine + (size_t)(peer * 128 + b) * a.depth * a.slot;
+    const char* ring = a.ringMine + (size_t)(peer * G + b) * a.depth * a.slot;
     for (unsigned i = 0; i < k; i++) {
       const unsigned seq = base + i + 1;
       if (t == 0)
@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(512) oneshot(PipeArgs a) {
     const size_t n = a.count - lo < E ? a.count - lo : E;
     const unsigned h = (epoch + 1) & 1;
     const float* src = a.send + (a.rs ? peer * a.count : 0) + lo;
-    pcopy((float4*)(a.ringPeer + ((h * 2 + a.rank) * 128 + b) * (size_t)a.slot), (const float4*)src, n / 4, tid,
+    pcopy((float4*)(a.ringPeer + ((h * 2 + a.rank) * G + b) * (size_t)a.slot), (const float4*)src, n / 4, tid,
           blockDim.x);
     __syncthreads();
     epoch++;
@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(512) oneshot(PipeArgs a) {
     __syncthreads();
     const float* mine = a.send + (a.rs ? a.rank * a.count : 0) + lo;
     padd((float4*)(a.recv + lo), (const float4*)mine,
-         (const float4*)(a.ringMine + ((h * 2 + peer) * 128 + b) * (size_t)a.slot), n / 4, tid, blockDim.x);
+         (const float4*)(a.ringMine + ((h * 2 + peer) * G + b) * (size_t)a.slot), n / 4, tid, blockDim.x);
   }
   if (tid == 0) *(volatile unsigned*)(a.sigMine + kSigEpoch + b) = epoch;
 }
@@ -561,12 +561,13 @@ struct PipeCfg {
   unsigned slot, depth;
   int fence;
   int base;  // 1: oneshot, 2: push only
+  int grid = 128;
 };
 
 void probe_pipe() {
-  printf("== warp-specialized pipeline against the one-shot (2 ranks, back-to-back launches, grid 128)\n");
+  printf("== the one-shot, its barrier, a warp-specialized pipeline (2 ranks, back-to-back launches)\n");
   printf("%-3s %8s %-20s %10s %9s %s\n", "op", "KiB", "config", "us", "busbw", "check");
-  const size_t maxBytes = 512 * MiB, ringBytes = 64 * MiB;
+  const size_t maxBytes = 512 * MiB, ringBytes = 136 * MiB;
   setup(maxBytes, 0, 1);
   char* ring[2];
   unsigned* sig[2];
@@ -583,18 +584,25 @@ void probe_pipe() {
       for (auto sd : std::vector<std::pair<unsigned, unsigned>>{{16 << 10, 8}, {32 << 10, 4}, {64 << 10, 4}})
         for (int fence : {0, 1}) cfgs.push_back({np, sd.first, sd.second, fence, 0});
   }
+  if (getenv("PROBE_GRIDS")) {  // the one-shot without the fence on wider grids
+    cfgs.clear();
+    for (auto gs : std::vector<std::pair<int, unsigned>>{{128, 128 << 10}, {132, 128 << 10}, {256, 64 << 10},
+                                                          {264, 64 << 10}, {256, 128 << 10}})
+      cfgs.push_back({16, gs.second, 2, 0, 1, gs.first});
+    for (int grid : {128, 132, 256, 264}) cfgs.push_back({16, 0, 0, 0, 2, grid});
+  }
   auto enq = [&](const PipeCfg& c, size_t count, int rs) {
     for (int g = 0; g < 2; g++) {
       CK(cudaSetDevice(g));
       if (c.base == 2) {
-        push<<<128, 512, 0, dev[g].P>>>((const float4*)(dev[g].send + (rs ? (1 - g) * count : 0)),
+        push<<<c.grid, 512, 0, dev[g].P>>>((const float4*)(dev[g].send + (rs ? (1 - g) * count : 0)),
                                         (float4*)dev[1 - g].recv, count / 4);
         continue;
       }
       PipeArgs a{dev[g].send, dev[g].recv, count, ring[g], ring[1 - g], sig[g], sig[1 - g], g, c.np, rs, c.fence,
                  c.slot, c.depth};
-      if (c.base == 1) oneshot<<<128, 512, 0, dev[g].P>>>(a);
-      else pipe<<<128, 512, 0, dev[g].P>>>(a);
+      if (c.base == 1) oneshot<<<c.grid, 512, 0, dev[g].P>>>(a);
+      else pipe<<<c.grid, 512, 0, dev[g].P>>>(a);
     }
   };
   for (int rs = 0; rs < 2; rs++) {
@@ -629,8 +637,8 @@ void probe_pipe() {
         const int reps = bytes >= 128 * MiB ? 10 : 50;
         const double t = timed(reps, [&](int) { enq(c, count, rs); });
         char name[64];
-        if (c.base == 1) snprintf(name, sizeof name, "oneshot s%uK f%d", c.slot >> 10, c.fence);
-        else if (c.base == 2) snprintf(name, sizeof name, "push only");
+        if (c.base == 1) snprintf(name, sizeof name, "oneshot g%d s%uK f%d", c.grid, c.slot >> 10, c.fence);
+        else if (c.base == 2) snprintf(name, sizeof name, "push only g%d", c.grid);
         else snprintf(name, sizeof name, "pipe w%d s%uK d%u f%d", c.np, c.slot >> 10, c.depth, c.fence);
         // busbw at 2 ranks: AllReduce moves its bytes each way, ReduceScatter half.
         printf("%-3s %8zu %-20s %10.2f %9.1f %s\n", rs ? "rs" : "ar", bytes / 1024, name, t,
