@@ -25,6 +25,24 @@ type Registrar interface {
 	Alloc(ctx context.Context, size uint64) (ptr uintptr, reg Registration, err error)
 }
 
+// PathFacts are the rank-local facts a backend's choice of path for one
+// call depends on, beyond the arguments every rank is given alike.
+type PathFacts struct {
+	SendRegistered bool // the send buffer lies inside a live registration
+	RecvRegistered bool // the receive buffer does
+	InPlace        bool // send is this rank's part of recv
+}
+
+// PathReporter is implemented by backends whose path for a call depends on
+// PathFacts (the GPU backend: registered buffers take the copy engines).
+// GOCCL_CHECK compares them across ranks, since ranks that took different
+// paths would wait for each other forever.
+type PathReporter interface {
+	// PathFacts reports the facts that decide the path of a (validated),
+	// leaving false those that do not.
+	PathFacts(a *Args) PathFacts
+}
+
 // Registration is released with Close; collective.
 type Registration interface {
 	Close(ctx context.Context) error

@@ -14,6 +14,7 @@ import (
 
 // callRecord is one rank's view of a call. Valid is false when the rank's
 // own argument check failed: the others then fail too rather than wait.
+// Facts are the backend's PathFacts, as bits.
 type callRecord struct {
 	Valid bool
 	Coll  collectives.Collective
@@ -21,9 +22,41 @@ type callRecord struct {
 	Type  collectives.DataType
 	Op    collectives.Op
 	Root  int64
+	Facts uint8
 }
 
-const callRecordSize = 1 + 4 + 8 + 4 + 4 + 8
+const callRecordSize = 1 + 4 + 8 + 4 + 4 + 8 + 1
+
+// The bits of callRecord.Facts, and what each says when ranks differ.
+const (
+	factSendRegistered uint8 = 1 << iota
+	factRecvRegistered
+	factInPlace
+	factsKnown = factSendRegistered | factRecvRegistered | factInPlace
+)
+
+var factNames = []struct {
+	bit     uint8
+	set, no string
+}{
+	{factSendRegistered, "with its send buffer registered", "with its send buffer not registered"},
+	{factRecvRegistered, "with its recv buffer registered", "with its recv buffer not registered"},
+	{factInPlace, "in place on registered buffers", "out of place on registered buffers"},
+}
+
+func encodeFacts(f collectives.PathFacts) uint8 {
+	var b uint8
+	if f.SendRegistered {
+		b |= factSendRegistered
+	}
+	if f.RecvRegistered {
+		b |= factRecvRegistered
+	}
+	if f.InPlace {
+		b |= factInPlace
+	}
+	return b
+}
 
 func encodeCallRecord(r callRecord) []byte {
 	b := make([]byte, 0, callRecordSize)
@@ -36,11 +69,12 @@ func encodeCallRecord(r callRecord) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Count))
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Type))
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Op))
-	return binary.BigEndian.AppendUint64(b, uint64(r.Root))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Root))
+	return append(b, r.Facts)
 }
 
 func decodeCallRecord(b []byte) (callRecord, error) {
-	if len(b) != callRecordSize || b[0] > 1 {
+	if len(b) != callRecordSize || b[0] > 1 || b[callRecordSize-1]&^factsKnown != 0 {
 		return callRecord{}, fmt.Errorf("%w: call record of %d bytes", errMalformed, len(b))
 	}
 	return callRecord{
@@ -50,6 +84,7 @@ func decodeCallRecord(b []byte) (callRecord, error) {
 		Type:  collectives.DataType(int32(binary.BigEndian.Uint32(b[13:]))),
 		Op:    collectives.Op(int32(binary.BigEndian.Uint32(b[17:]))),
 		Root:  int64(binary.BigEndian.Uint64(b[21:])),
+		Facts: b[29],
 	}, nil
 }
 
@@ -75,6 +110,18 @@ func compareCalls(recs []callRecord) error {
 			return fmt.Errorf("%w: rank %d called %s op=%s, rank 0 op=%s", ErrMismatch, r, x.Coll, x.Op, ref.Op)
 		case x.Coll.Rooted() && x.Root != ref.Root:
 			return fmt.Errorf("%w: rank %d called %s root=%d, rank 0 root=%d", ErrMismatch, r, x.Coll, x.Root, ref.Root)
+		case x.Facts != ref.Facts:
+			for _, f := range factNames {
+				if x.Facts&f.bit != ref.Facts&f.bit {
+					mine, theirs := f.no, f.set
+					if x.Facts&f.bit != 0 {
+						mine, theirs = f.set, f.no
+					}
+					return fmt.Errorf("%w: rank %d called %s %s, rank 0 %s: every rank must register its buffers "+
+						"alike (Alloc or Register) and run in place alike, since the path a call takes depends on it",
+						ErrMismatch, r, x.Coll, mine, theirs)
+				}
+			}
 		}
 	}
 	return nil
@@ -84,6 +131,9 @@ func compareCalls(recs []callRecord) error {
 // validation result, returned unchanged when set.
 func (c *Comm) checkCall(ctx context.Context, a *collectives.Args, localErr error) error {
 	rec := callRecord{Valid: localErr == nil, Coll: a.Coll, Count: int64(a.Count), Type: a.Type, Op: a.Op, Root: int64(a.Root)}
+	if pr, ok := c.backend.(collectives.PathReporter); ok && localErr == nil {
+		rec.Facts = encodeFacts(pr.PathFacts(a))
+	}
 	all, err := c.boot.AllGather(ctx, encodeCallRecord(rec))
 	if err != nil {
 		return fmt.Errorf("goccl: GOCCL_CHECK exchange: %w", err)

@@ -61,10 +61,14 @@ func TestCommCheckMismatch(t *testing.T) {
 	comms := initGroup(t, 3, opts)
 	ctx := context.Background()
 	type call func(c *Comm) error
+	allReduce := func(c *Comm) error { return c.AllReduce(ctx, 8, 16, 4, Float32, Sum, 0) }
+	reg := collectives.PathFacts{SendRegistered: true, RecvRegistered: true}
+	regInPlace := collectives.PathFacts{SendRegistered: true, RecvRegistered: true, InPlace: true}
 	cases := []struct {
-		name string
-		call call
-		want string
+		name  string
+		call  call
+		want  string
+		facts map[int]collectives.PathFacts // the backends' PathFacts by rank
 	}{
 		{"count", func(c *Comm) error {
 			n := 12
@@ -72,37 +76,47 @@ func TestCommCheckMismatch(t *testing.T) {
 				n = 10
 			}
 			return c.AllReduce(ctx, 8, 8, n, Float32, Sum, 0)
-		}, "rank 1 called all_reduce count=10, rank 0 count=12"},
+		}, "rank 1 called all_reduce count=10, rank 0 count=12", nil},
 		{"collective", func(c *Comm) error {
 			if c.Rank() == 2 {
 				return c.AllGather(ctx, 8, 8, 4, Float32, 0)
 			}
 			return c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0)
-		}, "rank 2 called all_gather, rank 0 called all_reduce"},
+		}, "rank 2 called all_gather, rank 0 called all_reduce", nil},
 		{"dtype", func(c *Comm) error {
 			dt := Float32
 			if c.Rank() == 1 {
 				dt = BFloat16
 			}
 			return c.ReduceScatter(ctx, 8, 8, 4, dt, Sum, 0)
-		}, "rank 1 called reduce_scatter datatype=bfloat16, rank 0 datatype=float"},
+		}, "rank 1 called reduce_scatter datatype=bfloat16, rank 0 datatype=float", nil},
 		{"op", func(c *Comm) error {
 			op := Sum
 			if c.Rank() == 2 {
 				op = Min
 			}
 			return c.Reduce(ctx, 8, 8, 4, Int8, op, 0, 0)
-		}, "rank 2 called reduce op=min, rank 0 op=sum"},
-		{"root", func(c *Comm) error { return c.Broadcast(ctx, 8, 8, 4, Int8, min(c.Rank(), 1), 0) }, "rank 1 called broadcast root=1, rank 0 root=0"},
+		}, "rank 2 called reduce op=min, rank 0 op=sum", nil},
+		{"root", func(c *Comm) error { return c.Broadcast(ctx, 8, 8, 4, Int8, min(c.Rank(), 1), 0) }, "rank 1 called broadcast root=1, rank 0 root=0", nil},
 		{"one rank invalid", func(c *Comm) error {
 			if c.Rank() == 2 {
 				return c.AllReduce(ctx, 0, 8, 4, Float32, Sum, 0)
 			}
 			return c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0)
-		}, "rank 2 called all_reduce with invalid arguments"},
+		}, "rank 2 called all_reduce with invalid arguments", nil},
+		{"registration", allReduce, "rank 1 called all_reduce with its send buffer registered, " +
+			"rank 0 with its send buffer not registered: every rank must register", map[int]collectives.PathFacts{1: reg}},
+		{"in place on registered buffers", allReduce, "rank 1 called all_reduce out of place on registered buffers, " +
+			"rank 0 in place on registered buffers", map[int]collectives.PathFacts{0: regInPlace, 1: reg, 2: regInPlace}},
+		{"receive buffer", func(c *Comm) error { return c.AllGather(ctx, 8, 16, 4, Float32, 0) },
+			"rank 2 called all_gather with its recv buffer registered, rank 0 with its recv buffer not registered",
+			map[int]collectives.PathFacts{2: {RecvRegistered: true}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			for r := range comms {
+				ff.get(r).setFacts(tc.facts[r])
+			}
 			errs := eachRank(comms, tc.call)
 			for r, err := range errs {
 				require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
@@ -116,6 +130,10 @@ func TestCommCheckMismatch(t *testing.T) {
 				assert.Equal(t, 0, ff.get(r).runCount(), "rank %d launched nothing", r)
 			}
 		})
+	}
+	// Alike again, registered or not, the call goes through.
+	for r := range comms {
+		ff.get(r).setFacts(reg)
 	}
 	errs := eachRank(comms, func(c *Comm) error { return c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0) })
 	for _, err := range errs {

@@ -24,6 +24,7 @@ type fakeBackend struct {
 	abortErr error
 	closed   int
 	started  chan struct{} // a Run began
+	facts    collectives.PathFacts
 }
 
 func newFake(block bool) *fakeBackend {
@@ -62,6 +63,19 @@ func (f *fakeBackend) Close() error {
 	defer f.mu.Unlock()
 	f.closed++
 	return nil
+}
+
+// PathFacts reports what the test set (collectives.PathReporter).
+func (f *fakeBackend) PathFacts(*collectives.Args) collectives.PathFacts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.facts
+}
+
+func (f *fakeBackend) setFacts(p collectives.PathFacts) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.facts = p
 }
 
 func (f *fakeBackend) runCount() int {

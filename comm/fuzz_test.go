@@ -114,6 +114,7 @@ func FuzzDecodeFDMsg(f *testing.F) {
 
 func FuzzDecodeCallRecord(f *testing.F) {
 	f.Add(encodeCallRecord(callRecord{Valid: true, Coll: collectives.Reduce, Count: 10, Type: collectives.Float32, Op: collectives.Max, Root: 1}))
+	f.Add(encodeCallRecord(callRecord{Valid: true, Coll: collectives.AllReduce, Count: 4, Facts: factsKnown}))
 	f.Add(make([]byte, callRecordSize))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeCallRecord(b)

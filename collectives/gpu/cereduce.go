@@ -66,7 +66,8 @@ import (
 // for the other copy-engine calls); about 3 stream operations per chunk and
 // peer (direct mode: and a kernel launch per chunk); every rank must
 // register alike (both buffers or neither, at the same offsets), as the
-// choice of mode is made on each rank from what it sees; and on 2x H200
+// choice of mode is made on each rank from what it sees (GOCCL_CHECK=1
+// compares it: Backend.PathFacts); and on 2x H200
 // each chunk costs a stall of about 10 us beyond its copy, which leaves the
 // staging mode slower than the kernels (docs/perf.md), so it runs only
 // when forced or given a threshold (GOCCL_TUNE ce.<coll>); direct mode pays

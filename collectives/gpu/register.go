@@ -146,6 +146,24 @@ func (be *Backend) untrack(r *registration) bool {
 	return false
 }
 
+// PathFacts implements collectives.PathReporter: the registrations tryCE
+// looks at for a, and for a reduction into registered buffers whether it
+// runs in place (direct mode runs out of place only).
+func (be *Backend) PathFacts(a *collectives.Args) collectives.PathFacts {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	var f collectives.PathFacts
+	switch a.Coll {
+	case collectives.AllReduce, collectives.ReduceScatter:
+		f.SendRegistered = be.lookup(a.Send, uint64(a.SendBytes(be.nranks))) != nil
+		f.RecvRegistered = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))) != nil
+		f.InPlace = f.SendRegistered && f.RecvRegistered && a.InPlace(be.rank)
+	case collectives.Broadcast, collectives.AllGather:
+		f.RecvRegistered = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))) != nil
+	}
+	return f
+}
+
 // lookup returns the registration holding [p, p+n), nil when none does.
 // be.mu is held. Registrations may overlap (a sub-buffer registered
 // inside an Alloc), so it scans down from the last base <= p.
