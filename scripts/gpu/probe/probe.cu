@@ -556,6 +556,29 @@ __global__ void __launch_bounds__(512) oneshot(PipeArgs a) {
   if (tid == 0) *(volatile unsigned*)(a.sigMine + kSigEpoch + b) = epoch;
 }
 
+// Rings: each GPU's ring (or staging) and zeroed signal words, for the
+// pipe and pdl parts.
+struct Rings {
+  char* ring[2];
+  unsigned* sig[2];
+  explicit Rings(size_t bytes) {
+    for (int g = 0; g < 2; g++) {
+      CK(cudaSetDevice(g));
+      CK(cudaMalloc(&ring[g], bytes));
+      CK(cudaMalloc(&sig[g], kSigWords * 4));
+      CK(cudaMemset(sig[g], 0, kSigWords * 4));
+    }
+  }
+  void release() {
+    for (int g = 0; g < 2; g++) {
+      CK(cudaSetDevice(g));
+      CK(cudaDeviceSynchronize());
+      CK(cudaFree(ring[g]));
+      CK(cudaFree(sig[g]));
+    }
+  }
+};
+
 struct PipeCfg {
   int np;
   unsigned slot, depth;
@@ -569,14 +592,9 @@ void probe_pipe() {
   printf("%-3s %8s %-20s %10s %9s %s\n", "op", "KiB", "config", "us", "busbw", "check");
   const size_t maxBytes = 512 * MiB, ringBytes = 136 * MiB;
   setup(maxBytes, 0, 1);
-  char* ring[2];
-  unsigned* sig[2];
-  for (int g = 0; g < 2; g++) {
-    CK(cudaSetDevice(g));
-    CK(cudaMalloc(&ring[g], ringBytes));
-    CK(cudaMalloc(&sig[g], kSigWords * 4));
-    CK(cudaMemset(sig[g], 0, kSigWords * 4));
-  }
+  Rings rg(ringBytes);
+  char** ring = rg.ring;
+  unsigned** sig = rg.sig;
   std::vector<PipeCfg> cfgs = {{16, 128 << 10, 2, 1, 1}, {16, 128 << 10, 2, 0, 1}, {16, 128 << 10, 2, 2, 1},
                                {16, 64 << 10, 2, 1, 1},  {16, 64 << 10, 2, 0, 1},  {16, 0, 0, 0, 2}};
   if (getenv("PROBE_PIPE_ALL")) {
@@ -646,12 +664,7 @@ void probe_pipe() {
       }
     }
   }
-  for (int g = 0; g < 2; g++) {
-    CK(cudaSetDevice(g));
-    CK(cudaDeviceSynchronize());
-    CK(cudaFree(ring[g]));
-    CK(cudaFree(sig[g]));
-  }
+  rg.release();
   teardown();
 }
 
@@ -703,14 +716,9 @@ void probe_pdl() {
   printf("%8s %10s %10s %10s %10s %s\n", "bytes", "eager", "eager pdl", "graph", "graph pdl", "check");
   const size_t ringBytes = 64 * MiB, maxBytes = 32 * MiB;
   setup(maxBytes, 0, 1);
-  char* ring[2];
-  unsigned* sig[2];
-  for (int g = 0; g < 2; g++) {
-    CK(cudaSetDevice(g));
-    CK(cudaMalloc(&ring[g], ringBytes));
-    CK(cudaMalloc(&sig[g], kSigWords * 4));
-    CK(cudaMemset(sig[g], 0, kSigWords * 4));
-  }
+  Rings rg(ringBytes);
+  char** ring = rg.ring;
+  unsigned** sig = rg.sig;
   auto launch = [&](int g, size_t count, int pdl, cudaStream_t st) {
     PipeArgs a{dev[g].send, dev[g].recv, count, ring[g], ring[1 - g], sig[g], sig[1 - g], g, 16, 0, 0,
                128 << 10, 2, pdl};
@@ -779,12 +787,7 @@ void probe_pdl() {
     printf("%8zu %10.2f %10.2f %10.2f %10.2f %s\n", bytes, t[0], t[1], t[2], t[3],
            bad ? ("BAD " + std::to_string(bad)).c_str() : "ok");
   }
-  for (int g = 0; g < 2; g++) {
-    CK(cudaSetDevice(g));
-    CK(cudaDeviceSynchronize());
-    CK(cudaFree(ring[g]));
-    CK(cudaFree(sig[g]));
-  }
+  rg.release();
   teardown();
 }
 
