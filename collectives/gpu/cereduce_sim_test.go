@@ -134,14 +134,20 @@ func TestCEReduceSimulated(t *testing.T) {
 	}
 }
 
+// rank0AllReduce is rank 0's int32 sum AllReduce of count elements from
+// its send area into recv, on the user's stream.
+func rank0AllReduce(recv uintptr, count int) collectives.Args {
+	return collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 0), Recv: recv, Count: count,
+		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+}
+
 // Every call above takes the copy engines, with chunks and staging reuse
 // as planned (else the test above would prove less than it says).
 func TestCEReducePlanUnderTheTestTuning(t *testing.T) {
 	ceReduceTune(t)
 	bes, drvs, _ := newFakeBackends(t, 2, Config{})
 	recv, _ := allocAll(t, bes, 1<<20)
-	a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 0), Recv: recv[0], Count: 40001,
-		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+	a := rank0AllReduce(recv[0], 40001)
 	pl, ok := bes[0].planCEReduce(&a, false)
 	require.True(t, ok)
 	assert.Equal(t, cePlan{es: 4, piece: 20004, chunk: 256, chunks: 79, depth: 4}, pl)
@@ -154,29 +160,29 @@ func TestCEReducePlanUnderTheTestTuning(t *testing.T) {
 	}
 }
 
+// ceWaitsWithin picks the stream waits on this rank's copy-engine flags
+// in [lo, hi) of the flag area, for the tests that drop them.
+func ceWaitsWithin(lo, hi uintptr) func(fakeOp) bool {
+	return func(o fakeOp) bool {
+		off := (o.dst - wsBase) & 0xffffffff
+		return o.kind == "wait" && off >= ceFlagOff+lo && off < ceFlagOff+hi
+	}
+}
+
 // The model must be able to fail without each ordering the reductions
 // add: the staging-reuse waits (a push overwrites a chunk the owner has not
 // reduced yet) and, for AllReduce, the done waits (a rank reads its output
 // before the peers' reduced pieces land).
 func TestCEReduceSimulationCatchesMissingOrdering(t *testing.T) {
 	ceReduceTune(t)
-	flagOff := func(o fakeOp) uintptr { return (o.dst - wsBase) & 0xffffffff }
 	cases := []struct {
 		name string
 		drop func(fakeOp) bool
 	}{
-		{"staging-reuse waits", func(o fakeOp) bool {
-			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceFreeOff && flagOff(o) < ceFlagOff+ceFlagBytes
-		}},
-		{"done waits", func(o fakeOp) bool {
-			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceDoneOff && flagOff(o) < ceFlagOff+ceDataOff
-		}},
-		{"landing waits", func(o fakeOp) bool {
-			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceDataOff && flagOff(o) < ceFlagOff+ceLandedOff
-		}},
-		{"reduced waits", func(o fakeOp) bool {
-			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceReducedOff && flagOff(o) < ceFlagOff+ceFreeOff
-		}},
+		{"staging-reuse waits", ceWaitsWithin(ceFreeOff, ceFlagBytes)},
+		{"done waits", ceWaitsWithin(ceDoneOff, ceDataOff)},
+		{"landing waits", ceWaitsWithin(ceDataOff, ceLandedOff)},
+		{"reduced waits", ceWaitsWithin(ceReducedOff, ceFreeOff)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,8 +202,7 @@ func TestCEReduceAbortReleasesStreamWaits(t *testing.T) {
 	ceReduceTune(t)
 	bes, drvs, _ := newFakeBackends(t, 2, Config{})
 	recv, _ := allocAll(t, bes, 1<<20)
-	a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 0), Recv: recv[0], Count: 4096,
-		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+	a := rank0AllReduce(recv[0], 4096)
 	require.NoError(t, bes[0].Run(context.Background(), &a))
 	var kept []fakeOp
 	for _, o := range drvs[0].ops {
@@ -358,20 +363,14 @@ func TestCEDirectSimulated(t *testing.T) {
 // waits, and AllReduce's done.
 func TestCEDirectSimulationCatchesMissingOrdering(t *testing.T) {
 	ceDirectTune(t)
-	flagOff := func(o fakeOp) uintptr { return (o.dst - wsBase) & 0xffffffff }
-	within := func(lo, hi uintptr) func(fakeOp) bool {
-		return func(o fakeOp) bool {
-			return o.kind == "wait" && flagOff(o) >= ceFlagOff+lo && flagOff(o) < ceFlagOff+hi
-		}
-	}
 	for _, tc := range []struct {
 		name string
 		drop func(fakeOp) bool
 	}{
-		{"ready waits", within(ceReadyOff, ceDoneOff)},
-		{"done waits", within(ceDoneOff, ceDataOff)},
-		{"landing waits", within(ceDataOff, ceLandedOff)},
-		{"reduced waits", within(ceReducedOff, ceFreeOff)},
+		{"ready waits", ceWaitsWithin(ceReadyOff, ceDoneOff)},
+		{"done waits", ceWaitsWithin(ceDoneOff, ceDataOff)},
+		{"landing waits", ceWaitsWithin(ceDataOff, ceLandedOff)},
+		{"reduced waits", ceWaitsWithin(ceReducedOff, ceFreeOff)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bes, drvs, recv, send := newDirectBackends(t)

@@ -153,13 +153,13 @@ func (be *Backend) PathFacts(a *collectives.Args) collectives.PathFacts {
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	var f collectives.PathFacts
-	switch a.Coll {
-	case collectives.AllReduce, collectives.ReduceScatter:
+	if a.Coll == collectives.Reduce { // never on the copy engines
+		return f
+	}
+	f.RecvRegistered = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))) != nil
+	if a.Coll.Reduces() {
 		f.SendRegistered = be.lookup(a.Send, uint64(a.SendBytes(be.nranks))) != nil
-		f.RecvRegistered = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))) != nil
 		f.InPlace = f.SendRegistered && f.RecvRegistered && a.InPlace(be.rank)
-	case collectives.Broadcast, collectives.AllGather:
-		f.RecvRegistered = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))) != nil
 	}
 	return f
 }
