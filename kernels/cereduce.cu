@@ -57,15 +57,7 @@ __device__ void cereduce(const Params& p) {
     if (threadIdx.x == 0) s_abort = 0;
     bar_sync();
     // Every source's chunk i has landed.
-    if (threadIdx.x == 0) {
-      u32 spins = 0;
-      while ((i32)(ld_acquire_sys(landed) - v) < 0) {
-        if ((++spins & 1023) == 0 && ld_volatile_sys(abortp) != 0) {
-          s_abort = 1;
-          break;
-        }
-      }
-    }
+    if (threadIdx.x == 0 && !wait_flag(landed, v, abortp)) s_abort = 1;
     bar_sync();
     if (s_abort) return;
 

@@ -322,6 +322,16 @@ __device__ __forceinline__ void reduce_multi(char* const* out, int nout, const c
 
 // ---- synchronization -----------------------------------------------------------
 
+// wait_flag spins until *flag reaches v (a cyclic >=, as flag values grow
+// for the communicator's life and may wrap), with acquire semantics at
+// system scope. Every 1024 polls it reads the abort flag; it returns false
+// when the communicator was aborted meanwhile.
+__device__ __forceinline__ bool wait_flag(const u32* flag, u32 v, const u32* abortp) {
+  for (u32 spins = 0; (i32)(ld_acquire_sys(flag) - v) < 0;)
+    if ((++spins & 1023) == 0 && ld_volatile_sys(abortp) != 0) return false;
+  return true;
+}
+
 // Ctx is a block's view of the communicator during one launch. The epoch is
 // per block, lives in device memory and is advanced by the kernel itself, so
 // launches need no host bookkeeping and replay correctly from CUDA graphs.
@@ -355,14 +365,7 @@ struct Ctx {
     if (t < p.nranks && t != p.rank) {
       st_release_sys((u32*)p.peerSignals[t] + blockIdx.x * kMaxRanks + p.rank, epoch);
       const u32* mine = (const u32*)p.signals + blockIdx.x * kMaxRanks + t;
-      const u32* abortp = (const u32*)p.abortFlag;
-      u32 spins = 0;
-      while ((i32)(ld_acquire_sys(mine) - epoch) < 0) {
-        if ((++spins & 1023) == 0 && ld_volatile_sys(abortp) != 0) {
-          s_abort = 1;
-          break;
-        }
-      }
+      if (!wait_flag(mine, epoch, (const u32*)p.abortFlag)) s_abort = 1;
     }
     bar_sync();
     return s_abort == 0;
