@@ -197,6 +197,25 @@ type mixCall struct {
 	count int
 }
 
+// ceRigBytes is the size of a ceRig's buffers.
+const ceRigBytes = 8 << 20
+
+// ceRig is a rig of ceRigBytes buffers on GPUs with the copy-engine path, its
+// receive buffers (and with send, its send buffers too) swapped for
+// registered ones; it returns the plain buffers it replaced.
+func ceRig(t *testing.T, send bool) (r *rig, plainSend, plainRecv []cuda.DevicePtr) {
+	t.Helper()
+	r = newRig(t, rigRanks(t), ceRigBytes)
+	r.requireCE(t)
+	plainSend, plainRecv = r.send, r.recv
+	if send {
+		r.send = r.registeredRecv(t, ceRigBytes+guard)
+	}
+	r.recv = r.registeredRecv(t, ceRigBytes+guard)
+	t.Cleanup(func() { r.send, r.recv = plainSend, plainRecv }) // before the rig frees them: cleanups run last-in first-out
+	return r, plainSend, plainRecv
+}
+
 // runMix enqueues calls float32 sums of r.send, the kinds taking turns, on
 // every rank's stream with no host synchronization in between.
 func (r *rig) runMix(t *testing.T, calls int, kinds []mixCall) {
@@ -211,6 +230,22 @@ func (r *rig) runMix(t *testing.T, calls int, kinds []mixCall) {
 	}
 }
 
+// checkMix checks every rank's last result of each kind of a mix run on
+// ins: the whole sum (AllReduce) or the rank's slice of it (ReduceScatter).
+func (r *rig) checkMix(t *testing.T, ins [][]byte, kinds []mixCall) {
+	t.Helper()
+	for rank := range r.bes {
+		for i, k := range kinds {
+			base := 0
+			if k.coll == collectives.ReduceScatter {
+				base = rank * k.count
+			}
+			got := r.get(t, rank, cuda.DevicePtr(k.recv(rank)), k.count*4)
+			require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, base, got, k.count), "rank %d: call kind %d (%s)", rank, i, k.coll)
+		}
+	}
+}
+
 // TestGPUCopyEngineReductions runs AllReduce into registered buffers and
 // ReduceScatter on the copy-engine reductions (forced at small sizes, by
 // size from 1 MiB), with staging small enough (slot=4K: 2 MiB per rank at 2
@@ -218,13 +253,8 @@ func (r *rig) runMix(t *testing.T, calls int, kinds []mixCall) {
 // slot, then a back-to-back mix with kernel AllReduces on the same stream.
 func TestGPUCopyEngineReductions(t *testing.T) {
 	t.Setenv(EnvTune, "slot=4K,cechunk=64K,ce.all_reduce=1M,ce.reduce_scatter=1M")
-	n := rigRanks(t)
-	const capBytes = 8 << 20
-	r := newRig(t, n, uint64(capBytes))
-	r.requireCE(t)
-	plain := r.recv
-	r.recv = r.registeredRecv(t, uint64(capBytes+guard))
-	t.Cleanup(func() { r.recv = plain }) // before the rig frees it: cleanups run last-in first-out
+	r, _, plain := ceRig(t, false)
+	n, capBytes := len(r.bes), ceRigBytes
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, forced := range []collectives.Algorithm{"", collectives.CopyEngine} {
 		for _, be := range r.bes {
@@ -263,18 +293,15 @@ func TestGPUCopyEngineReductions(t *testing.T) {
 	ins := r.sendRandom(t, rng, collectives.Float32, count)
 	before := r.bes[0].ce.seq
 	rsCount := count / n
-	r.runMix(t, 300, []mixCall{
+	mix := []mixCall{
 		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) }, count},
 		{collectives.ReduceScatter, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 }, rsCount},
-		{collectives.AllReduce, func(rank int) uintptr { return uintptr(plain[rank]) }, count},
-	})
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(plain[rank]) }, count}, // the kernels
+	}
+	r.runMix(t, 300, mix)
 	r.sync(t)
 	require.Greater(t, r.bes[0].ce.seq-before, uint32(200*16), "copy-engine calls of many chunks each")
-	for rank := range r.bes {
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: copy-engine allreduce", rank)
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, rank*rsCount, r.get(t, rank, r.recv[rank]+count*4, rsCount*4), rsCount), "rank %d: copy-engine reducescatter", rank)
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, plain[rank], count*4), count), "rank %d: kernel allreduce", rank)
-	}
+	r.checkMix(t, ins, mix)
 }
 
 // TestGPURegisteredReductions runs AllReduce and ReduceScatter with both
@@ -284,14 +311,8 @@ func TestGPUCopyEngineReductions(t *testing.T) {
 // staging mode in place. Then a back-to-back mix of the three on one stream.
 func TestGPURegisteredReductions(t *testing.T) {
 	t.Setenv(EnvTune, "ce.all_reduce=1M,ce.reduce_scatter=1M,cefloor.all_reduce=128K,cefloor.reduce_scatter=64K")
-	n := rigRanks(t)
-	const capBytes = 8 << 20
-	r := newRig(t, n, uint64(capBytes))
-	r.requireCE(t)
-	plainSend, plainRecv := r.send, r.recv
-	r.send = r.registeredRecv(t, uint64(capBytes+guard))
-	r.recv = r.registeredRecv(t, uint64(capBytes+guard))
-	t.Cleanup(func() { r.send, r.recv = plainSend, plainRecv }) // before the rig frees them
+	r, _, plainRecv := ceRig(t, true)
+	n, capBytes := len(r.bes), ceRigBytes
 	rng := rand.New(rand.NewPCG(31, 32))
 	for _, c := range []collectives.Collective{collectives.AllReduce, collectives.ReduceScatter} {
 		for _, dt := range []collectives.DataType{collectives.Int8, collectives.Int32, collectives.Float16, collectives.Float32, collectives.BFloat16, collectives.Float64} {
@@ -319,12 +340,13 @@ func TestGPURegisteredReductions(t *testing.T) {
 	ins := r.sendRandom(t, rng, collectives.Float32, count)
 	before := r.bes[0].ce.seq
 	rsCount, smallCount := count/n, 1<<16
-	r.runMix(t, 400, []mixCall{
+	mix := []mixCall{
 		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) }, count},
 		{collectives.ReduceScatter, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 }, rsCount},
-		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 + uintptr(rsCount*4) }, smallCount},
-		{collectives.AllReduce, func(rank int) uintptr { return uintptr(plainRecv[rank]) }, count},
-	})
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(r.recv[rank]) + count*4 + uintptr(rsCount*4) }, smallCount}, // the kernels
+		{collectives.AllReduce, func(rank int) uintptr { return uintptr(plainRecv[rank]) }, count},                                  // the kernels
+	}
+	r.runMix(t, 400, mix)
 	r.sync(t)
 	// 100 calls each of the two copy-engine reductions, a flag value per
 	// chunk as planned.
@@ -338,10 +360,5 @@ func TestGPURegisteredReductions(t *testing.T) {
 		perRound += pl.chunks
 	}
 	require.Equal(t, 100*perRound, r.bes[0].ce.seq-before, "copy-engine flag values")
-	for rank := range r.bes {
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "rank %d: direct allreduce", rank)
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, rank*rsCount, r.get(t, rank, r.recv[rank]+count*4, rsCount*4), rsCount), "rank %d: direct reducescatter", rank)
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, r.recv[rank]+count*4+cuda.DevicePtr(rsCount*4), smallCount*4), smallCount), "rank %d: small kernel allreduce", rank)
-		require.NoError(t, checkReduced(collectives.Float32, collectives.Sum, ins, 0, r.get(t, rank, plainRecv[rank], count*4), count), "rank %d: kernel allreduce", rank)
-	}
+	r.checkMix(t, ins, mix)
 }
