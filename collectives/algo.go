@@ -75,9 +75,10 @@ var DefaultThresholds = Thresholds{
 	TwoShotPair: 16 << 20,
 	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
 	// The copy-engine reductions in direct mode (the only one the
-	// thresholds take by default) from where they passed the kernels on
-	// 2x H200 (docs/perf.md: behind them at 256 MiB, ahead at 1 GiB).
-	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: 512 << 20, Reduce: never, ReduceScatter: 512 << 20},
+	// thresholds take by default) from where they pass the kernels on 2x
+	// H200 (docs/perf.md, session 6: AllReduce 352.6 against 349.7 GB/s
+	// at 128 MiB; ReduceScatter behind at 256 MiB, ahead from 512 MiB).
+	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: 128 << 20, Reduce: never, ReduceScatter: 512 << 20},
 }
 
 // Choose picks the algorithm for one call from the collective, the bytes of

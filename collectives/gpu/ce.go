@@ -88,8 +88,9 @@ type copyEngine struct {
 	staging    [maxRanks]uintptr
 	stageBytes uint64
 
-	seq    uint32        // calls issued; guarded by Backend.mu
-	issued atomic.Uint32 // seq, for Abort
+	seq    uint32             // calls issued; guarded by Backend.mu
+	issued atomic.Uint32      // seq, for Abort
+	cuts   [maxRanks][]uint64 // cePlan.cuts' buffers; guarded by Backend.mu
 
 	mu     sync.Mutex  // the handles below against Abort and release
 	side   cuda.Stream // the local copy of Broadcast and AllGather
@@ -97,9 +98,13 @@ type copyEngine struct {
 	fork   cuda.Event
 	join   cuda.Event // side done
 	// A reduction's streams (cereduce.go), forked from and joined into
-	// the user's stream through fork and redJoin.
+	// the user's stream through fork and redJoin; in direct mode pushed
+	// orders a chunk's data flag after its copy, and reduced a chunk's
+	// spread after its kernel.
 	red     [numRedStreams]cuda.Stream
 	redJoin [numRedStreams]cuda.Event
+	pushed  cuda.Event
+	reduced cuda.Event
 }
 
 // The copy-engine reductions' streams, by role.
@@ -107,6 +112,7 @@ const (
 	redPush   = iota // this rank's parts of the pieces to their owners
 	redLand          // waits for the peers' chunks, then the landed flag
 	redSpread        // AllReduce: the reduced piece to the peers
+	redSignal        // direct mode: the data flags, each behind its copy
 	numRedStreams
 )
 
@@ -361,7 +367,7 @@ func (ce *copyEngine) streams() []*cuda.Stream {
 }
 
 func (ce *copyEngine) events() []*cuda.Event {
-	e := []*cuda.Event{&ce.fork, &ce.join}
+	e := []*cuda.Event{&ce.fork, &ce.join, &ce.pushed, &ce.reduced}
 	for k := range ce.redJoin {
 		e = append(e, &ce.redJoin[k])
 	}

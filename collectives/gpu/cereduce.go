@@ -44,23 +44,25 @@ import (
 // Direct mode, at 2 ranks with both buffers registered (symmetric, so
 // every rank makes the same choice) and out of place: the peer's part of my
 // piece lands in my receive buffer itself rather than in staging, and a
-// kernel per chunk reduces there in place (recv = send op recv) and writes
-// reduced[0], which the spread stream waits on. Nothing is staged,
-// so no slot is reused (no free flags, no staging waits) and chunks may be
-// as large as the piece: they halve what is left of it down to a floor
-// (tuning.ceFloor), so that a handful of copies carries the message (each
-// copy costs the link about 5 us on 2x H200) while the last chunk, the
-// only one reduced after the last copy, stays small. ReduceScatter then
-// needs no done handshake either: no peer reads anything of this rank's
-// after the kernel has seen every chunk land. The peers' copies into my
-// output can only start after ready, i.e. once my stream has reached the
-// call. Each chunk's reduction is a kernel of its own, queued on the land
-// stream behind that chunk's waits (launchChunk), rather than one kernel
-// spinning through the whole call: on 2x H200 that took AllReduce at 1 GiB
-// from 330-337 to 375 GB/s and ReduceScatter from 337-343 to 363-370.
-// This is the mode the thresholds choose (from 512 MiB, where it passes the
-// kernels: docs/perf.md); the staging mode runs only when forced or given
-// a threshold explicitly.
+// kernel per chunk reduces there in place (recv = send op recv). Nothing is
+// staged, so no slot is reused (no free flags, no staging waits) and chunks
+// may be as large as the piece: they halve what is left of it down to a
+// floor (tuning.ceFloor), so that a handful of copies carries the message
+// (each copy costs the link about 5 us on 2x H200) while the last chunk,
+// the only one reduced after the last copy, stays small. ReduceScatter
+// then needs no done handshake either: no peer reads anything of this
+// rank's after the kernel has seen every chunk land. The peers' copies
+// into my output can only start after ready, i.e. once my stream has
+// reached the call. Each chunk's reduction is a kernel of its own, queued
+// on the land stream behind that chunk's wait (launchChunk), rather than
+// one kernel spinning through the whole call (on 2x H200 that took
+// AllReduce at 1 GiB from 330-337 to 375 GB/s). Between this rank's own
+// streams the order goes by events, and no stream memory operation sits
+// between two copies (ceDirect): that took AllReduce at 1 GiB on to 382
+// and at 256 MiB from 352 to 367 (docs/perf.md). This is the mode the
+// thresholds choose where it passes the kernels (AllReduce from 128 MiB,
+// ReduceScatter from 512 MiB); the staging mode runs only when forced or
+// given a threshold explicitly.
 //
 // Limits: eager streams only (a stream being captured takes the kernels, as
 // for the other copy-engine calls); about 3 stream operations per chunk and
@@ -86,6 +88,10 @@ type cePlan struct {
 	chunks uint32 // per piece: the most any piece takes, the same on every rank
 	depth  uint32 // staging slots per source
 	direct bool   // chunks land in the owner's receive buffer (2 ranks)
+	// cuts (direct mode) is, per rank, where each chunk of its piece
+	// starts, and last the piece's end: the halving computed once per call
+	// (into the backend's buffers, valid until the next plan).
+	cuts [][]uint64
 }
 
 // planCEReduce cuts a call up, in direct mode or through staging; ok is
@@ -104,16 +110,24 @@ func (be *Backend) planCEReduce(a *collectives.Args, direct bool) (cePlan, bool)
 		// Every piece halves on its own, and a shorter piece (the
 		// AllReduce rounding) can take one chunk more than a full one.
 		pl.chunk = max(align, uint64(be.tune.ceFloor[a.Coll])/es/align*align)
-		chunks := uint64(0)
+		// Halving takes about log2(piece/floor) chunks, far below the
+		// flags' limit, which is checked all the same.
+		pl.cuts = be.ce.cuts[:be.nranks]
+		chunks := 0
 		for r := range be.nranks {
-			length, k := pl.length(a, r), uint64(0)
-			for lo := uint64(0); lo < length; lo += pl.next(lo, length) {
-				k++
+			length, cut := pl.length(a, r), append(pl.cuts[r][:0], 0)
+			for lo := uint64(0); lo < length && len(cut) <= ceMaxChunks; {
+				lo += pl.next(lo, length)
+				cut = append(cut, lo)
 			}
-			chunks = max(chunks, k)
+			pl.cuts[r] = cut
+			chunks = max(chunks, len(cut)-1)
 		}
-		pl.chunks = uint32(min(chunks, ceMaxChunks+1))
-		return pl, chunks <= ceMaxChunks
+		if chunks > ceMaxChunks {
+			return cePlan{}, false
+		}
+		pl.chunks = uint32(chunks)
+		return pl, true
 	}
 	// At least two slots per source, so that a push overlaps a reduction.
 	chunkBytes := min(uint64(be.tune.ceChunk), be.ce.stageBytes/(2*n)) &^ 15
@@ -156,21 +170,19 @@ func (pl *cePlan) length(a *collectives.Args, r int) uint64 {
 // span is chunk i of rank r's piece: its first element in the piece and
 // its length (0 past the piece's end).
 func (pl *cePlan) span(a *collectives.Args, r int, i uint32) (lo, n uint64) {
+	if pl.direct {
+		cut := pl.cuts[r]
+		if int(i)+1 >= len(cut) {
+			return cut[len(cut)-1], 0
+		}
+		return cut[i], cut[i+1] - cut[i]
+	}
 	length := pl.length(a, r)
-	if !pl.direct {
-		lo = uint64(i) * pl.chunk
-		if lo >= length {
-			return lo, 0
-		}
-		return lo, min(pl.chunk, length-lo)
+	lo = uint64(i) * pl.chunk
+	if lo >= length {
+		return lo, 0
 	}
-	for k := uint32(0); lo < length; k++ {
-		if n = pl.next(lo, length); k == i {
-			return lo, n
-		}
-		lo += n
-	}
-	return lo, 0
+	return lo, min(pl.chunk, length-lo)
 }
 
 // ceReduce enqueues one copy-engine AllReduce or ReduceScatter whose chunk
@@ -182,38 +194,34 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 	if err := be.ceSignal(s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	if err := be.ceWait(s, ceReadyOff, seq, allPeers); err != nil {
-		return err
-	}
 	if err := drv.EventRecord(cx, ce.fork, s); err != nil {
 		return fmt.Errorf("fork: %w", err)
 	}
-	used := numRedStreams
-	if !spread {
-		used = redSpread
+	used := func(k int) bool {
+		return k == redPush || k == redLand || k == redSpread && spread || k == redSignal && pl.direct
 	}
-	for k := range used {
+	for k := range numRedStreams {
+		if !used(k) {
+			continue
+		}
 		if err := drv.StreamWaitEvent(cx, ce.red[k], ce.fork); err != nil {
 			return fmt.Errorf("fork: %w", err)
 		}
 	}
-	if err := be.cePush(a, reg, pl, seq); err != nil {
+	// Only the pushes need the peers' ready: every other write into a
+	// peer (a spread, a free flag) follows a chunk the peer pushed, i.e.
+	// the peer's own ready. Waiting here rather than on the user's stream
+	// spares the push a hop through the fork.
+	if err := be.ceWait(ce.red[redPush], ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	if err := be.ceLand(a, pl, seq); err != nil {
+	if err := be.ceChunks(a, reg, pl, seq); err != nil {
 		return err
 	}
-	if spread {
-		if err := be.ceSpread(a, reg, pl, seq); err != nil {
-			return err
+	for k := range numRedStreams {
+		if !used(k) {
+			continue
 		}
-	}
-	if !pl.direct { // (direct mode: ceLand launched a kernel per chunk)
-		if err := be.launchCEReduce(a, pl, seq); err != nil {
-			return err
-		}
-	}
-	for k := range used {
 		if err := drv.EventRecord(cx, ce.redJoin[k], ce.red[k]); err != nil {
 			return fmt.Errorf("join: %w", err)
 		}
@@ -240,10 +248,99 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 	return be.ceWait(s, ceDoneOff, seq, allPeers)
 }
 
+// ceChunks enqueues a call's chunks on the reduction's streams.
+func (be *Backend) ceChunks(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+	if pl.direct {
+		return be.ceDirect(a, reg, pl, seq)
+	}
+	if err := be.cePush(a, pl, seq); err != nil {
+		return err
+	}
+	if err := be.ceLand(a, pl, seq); err != nil {
+		return err
+	}
+	if a.Coll == collectives.AllReduce {
+		if err := be.ceSpread(a, reg, pl, seq); err != nil {
+			return err
+		}
+	}
+	return be.launchCEReduce(a, pl, seq)
+}
+
+// ceDirect enqueues a direct-mode call (2 ranks) chunk by chunk, each
+// chunk's steps on every stream together, so that one event can carry each
+// order between this rank's own streams: the push stream's copies run back
+// to back while each copy's data flag follows it on the signal stream, and
+// a reduced chunk's spread waits for its kernel by event rather than by
+// flag. Stream memory operations cost about 2 us each on 2x H200, a flag
+// between the GPUs about 6 and an event about half that (probe hop:
+// docs/perf.md), and every one of them on the push or the spread stream
+// was time the link sat idle. The kernels are launched behind their
+// chunk's wait, so the landed flag they poll is written once for the call.
+func (be *Backend) ceDirect(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+	drv, cx, ce := be.drv, be.ctx, &be.ce
+	push, land, signal, spread := ce.red[redPush], ce.red[redLand], ce.red[redSignal], ce.red[redSpread]
+	peer := 1 - be.rank
+	off := a.Recv - reg.base
+	if err := drv.StreamWriteValue32(cx, land, cuda.DevicePtr(ce.local+ceLandedOff), seq+pl.chunks-1); err != nil {
+		return fmt.Errorf("landed: %w", err)
+	}
+	for i := range pl.chunks {
+		// This rank's part of the peer's chunk i, straight into its output.
+		if lo, n := pl.span(a, peer, i); n > 0 {
+			at := lo * pl.es
+			if a.Coll == collectives.AllReduce {
+				at += uint64(peer) * pl.piece * pl.es
+			}
+			src := a.Send + uintptr(uint64(peer)*pl.piece*pl.es+lo*pl.es)
+			if err := drv.MemcpyAsync(cx, cuda.DevicePtr(reg.region.Peers[peer]+off+uintptr(at)), cuda.DevicePtr(src), n*pl.es, push); err != nil {
+				return fmt.Errorf("copy to rank %d: %w", peer, err)
+			}
+		}
+		if err := drv.EventRecord(cx, ce.pushed, push); err != nil {
+			return fmt.Errorf("pushed: %w", err)
+		}
+		if err := drv.StreamWaitEvent(cx, signal, ce.pushed); err != nil {
+			return fmt.Errorf("pushed: %w", err)
+		}
+		if err := be.ceSignal(signal, ceDataOff, seq+i, peer); err != nil {
+			return err
+		}
+		// Chunk i of this rank's piece: the peer's part lands, the kernel
+		// reduces it in place, and (AllReduce) the copy engines spread it.
+		lo, n := pl.span(a, be.rank, i)
+		if n == 0 {
+			continue
+		}
+		if err := be.ceWait(land, ceDataOff, seq+i, peer); err != nil {
+			return err
+		}
+		if err := be.launchChunk(a, pl, seq, i, lo, n); err != nil {
+			return err
+		}
+		if a.Coll != collectives.AllReduce {
+			continue
+		}
+		if err := drv.EventRecord(cx, ce.reduced, land); err != nil {
+			return fmt.Errorf("reduced: %w", err)
+		}
+		if err := drv.StreamWaitEvent(cx, spread, ce.reduced); err != nil {
+			return fmt.Errorf("reduced: %w", err)
+		}
+		at := uintptr((uint64(be.rank)*pl.piece + lo) * pl.es)
+		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(reg.region.Peers[peer]+off+at), cuda.DevicePtr(a.Recv+at), n*pl.es, spread); err != nil {
+			return fmt.Errorf("copy to rank %d: %w", peer, err)
+		}
+	}
+	if a.Coll != collectives.AllReduce {
+		return nil
+	}
+	return be.ceSignal(spread, ceDoneOff, seq, allPeers)
+}
+
 // cePush enqueues on the push stream the copies of this rank's parts of
-// the peers' pieces into their staging (direct: into their receive
-// buffers), chunk by chunk.
-func (be *Backend) cePush(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+// the peers' pieces into their staging, chunk by chunk.
+func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
 	drv, cx, ce := be.drv, be.ctx, &be.ce
 	chunkBytes := pl.chunk * pl.es
 	st := ce.red[redPush]
@@ -252,16 +349,7 @@ func (be *Backend) cePush(a *collectives.Args, reg *registration, pl *cePlan, se
 			r := (be.rank + k) % be.nranks
 			lo, n := pl.span(a, r, i)
 			src := a.Send + uintptr((uint64(r)*pl.piece+lo)*pl.es)
-			switch {
-			case n > 0 && pl.direct:
-				dst := reg.region.Peers[r] + (a.Recv - reg.base) + uintptr(lo*pl.es)
-				if a.Coll == collectives.AllReduce {
-					dst += uintptr(uint64(r) * pl.piece * pl.es)
-				}
-				if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(src), n*pl.es, st); err != nil {
-					return fmt.Errorf("copy to rank %d: %w", r, err)
-				}
-			case n > 0:
+			if n > 0 {
 				if i >= pl.depth {
 					// r has reduced the chunk that last used this slot.
 					free := ce.local + ceFreeOff + 4*uintptr(r*ceSlots+int((i-pl.depth)%ceSlots))
@@ -285,13 +373,12 @@ func (be *Backend) cePush(a *collectives.Args, reg *registration, pl *cePlan, se
 
 // ceLand enqueues on the land stream, for each chunk of this rank's piece,
 // the waits for every peer's copy of it and then the landed flag the
-// kernel polls (direct mode: and that chunk's kernel).
+// kernel polls.
 func (be *Backend) ceLand(a *collectives.Args, pl *cePlan, seq uint32) error {
 	drv, cx, ce := be.drv, be.ctx, &be.ce
 	land := ce.red[redLand]
 	for i := range pl.chunks {
-		lo, n := pl.span(a, be.rank, i)
-		if n == 0 {
+		if _, n := pl.span(a, be.rank, i); n == 0 {
 			break
 		}
 		if err := be.ceWait(land, ceDataOff, seq+i, allPeers); err != nil {
@@ -299,11 +386,6 @@ func (be *Backend) ceLand(a *collectives.Args, pl *cePlan, seq uint32) error {
 		}
 		if err := drv.StreamWriteValue32(cx, land, cuda.DevicePtr(ce.local+ceLandedOff), seq+i); err != nil {
 			return fmt.Errorf("landed: %w", err)
-		}
-		if pl.direct {
-			if err := be.launchChunk(a, pl, seq, i, lo, n); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -321,11 +403,7 @@ func (be *Backend) ceSpread(a *collectives.Args, reg *registration, pl *cePlan, 
 		if n == 0 {
 			break
 		}
-		slot := i % ceSlots
-		if pl.direct {
-			slot = 0 // each chunk's kernel reduces one chunk (launchChunk)
-		}
-		reduced := ce.local + ceReducedOff + 4*uintptr(slot)
+		reduced := ce.local + ceReducedOff + 4*uintptr(i%ceSlots)
 		if err := drv.StreamWaitValue32(cx, st, cuda.DevicePtr(reduced), seq+i, true); err != nil {
 			return fmt.Errorf("wait for the reduction: %w", err)
 		}
@@ -355,9 +433,9 @@ func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) e
 }
 
 // launchChunk launches, in direct mode, the kernel for chunk i of this
-// rank's piece alone (lo, n elements) on the land stream, behind the waits
+// rank's piece alone (lo, n elements) on the land stream, behind the wait
 // for that chunk: one chunk as the whole piece, so that its kernel finds
-// landed already written and publishes reduced[0] = seq+i when done.
+// landed already written (ceDirect) and its end is the end of the chunk.
 // Launched this way no kernel spins on an SM while the copies run (one
 // spinning kernel for the whole call measured 330-343 GB/s at 1 GiB, these
 // 363-376: docs/perf.md); the launches queue on the stream ahead of time,

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
 )
 
 // ceReduceModel turns one recorded launch of goccl_cereduce_i32_sum into
@@ -247,7 +248,10 @@ func TestCEDirectPlan(t *testing.T) {
 		Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
 	pl, ok := bes[0].planCEReduce(&a, true)
 	require.True(t, ok)
+	cuts := pl.cuts
+	pl.cuts = nil
 	assert.Equal(t, cePlan{es: 4, piece: 20004, chunk: 256, chunks: 8, depth: 1, direct: true}, pl)
+	pl.cuts = cuts
 	var spans [2][][2]uint64
 	for r := range 2 {
 		for i := range pl.chunks {
@@ -345,6 +349,52 @@ func ceDirectCalls() []simCall {
 	return calls
 }
 
+// In direct mode the copy streams carry copies and events only (the push
+// stream first waits for the peer's ready), so that one copy follows the
+// last with no stream memory operation in between; every chunk's data flag
+// goes out on the signal stream, and the land stream writes landed once
+// per call.
+func TestCEDirectStreamsHoldOnlyCopies(t *testing.T) {
+	ceDirectTune(t)
+	bes, drvs, recv, send := newDirectBackends(t)
+	for _, coll := range []collectives.Collective{collectives.AllReduce, collectives.ReduceScatter} {
+		t.Run(coll.String(), func(t *testing.T) {
+			drvs[0].ops = nil
+			count := 40001
+			if coll == collectives.ReduceScatter {
+				count /= 2
+			}
+			a := collectives.Args{Coll: coll, Send: send[0], Recv: recv[0], Count: count, Type: collectives.Int32,
+				Op: collectives.Sum, Stream: uintptr(userStream)}
+			require.NoError(t, bes[0].Run(context.Background(), &a))
+			be := bes[0]
+			pl, ok := be.planCEReduce(&a, true)
+			require.True(t, ok)
+			require.Greater(t, pl.chunks, uint32(3))
+			kinds := map[cuda.Stream]map[string]int{}
+			for _, o := range drvs[0].ops {
+				if kinds[o.stream] == nil {
+					kinds[o.stream] = map[string]int{}
+				}
+				kinds[o.stream][o.kind]++
+			}
+			chunks := int(pl.chunks)
+			assert.Equal(t, map[string]int{"waitEvent": 1, "wait": 1, "copy": chunks, "record": chunks + 1}, kinds[be.ce.red[redPush]], "push")
+			assert.Equal(t, map[string]int{"waitEvent": 1 + chunks, "write": chunks, "record": 1}, kinds[be.ce.red[redSignal]], "signal")
+			land := kinds[be.ce.red[redLand]]
+			assert.Equal(t, 1, land["write"], "land: landed written once")
+			assert.Equal(t, chunks, land["launch"], "land: a kernel per chunk")
+			if coll == collectives.AllReduce {
+				// Behind the fork, one event wait and one copy per chunk;
+				// then the done flag and the join.
+				assert.Equal(t, map[string]int{"waitEvent": 1 + chunks, "copy": chunks, "write": 1, "record": 1}, kinds[be.ce.red[redSpread]], "spread")
+			} else {
+				assert.Empty(t, kinds[be.ce.red[redSpread]], "spread")
+			}
+		})
+	}
+}
+
 func TestCEDirectSimulated(t *testing.T) {
 	ceDirectTune(t)
 	bes, drvs, recv, send := newDirectBackends(t)
@@ -359,26 +409,45 @@ func TestCEDirectSimulated(t *testing.T) {
 
 // Each ordering direct mode relies on must be able to fail the model:
 // ready (a peer lands its chunk in our output before our stream reached
-// the call, over our read-back of the last one), the landing and reduced
-// waits, and AllReduce's done.
+// the call, over our read-back of the last one), the landing waits,
+// AllReduce's done, and the two events between a rank's own streams: a
+// data flag behind its copy, a spread behind its chunk's kernel. The calls
+// are direct only, so that no staged call's waits stand in for them.
 func TestCEDirectSimulationCatchesMissingOrdering(t *testing.T) {
 	ceDirectTune(t)
+	var directOnly []simCall
+	for _, c := range ceDirectCalls() {
+		if !c.inPlace && c.coll != collectives.AllGather {
+			directOnly = append(directOnly, c)
+		}
+	}
 	for _, tc := range []struct {
 		name string
-		drop func(fakeOp) bool
+		drop func(be *Backend) func(fakeOp) bool
 	}{
-		{"ready waits", ceWaitsWithin(ceReadyOff, ceDoneOff)},
-		{"done waits", ceWaitsWithin(ceDoneOff, ceDataOff)},
-		{"landing waits", ceWaitsWithin(ceDataOff, ceLandedOff)},
-		{"reduced waits", ceWaitsWithin(ceReducedOff, ceFreeOff)},
+		{"ready waits", func(*Backend) func(fakeOp) bool { return ceWaitsWithin(ceReadyOff, ceDoneOff) }},
+		{"done waits", func(*Backend) func(fakeOp) bool { return ceWaitsWithin(ceDoneOff, ceDataOff) }},
+		{"landing waits", func(*Backend) func(fakeOp) bool { return ceWaitsWithin(ceDataOff, ceLandedOff) }},
+		{"data flag after its copy", func(be *Backend) func(fakeOp) bool { return eventWaits(be.ce.pushed) }},
+		{"spread after its kernel", func(be *Backend) func(fakeOp) bool { return eventWaits(be.ce.reduced) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bes, drvs, recv, send := newDirectBackends(t)
+			// Both ranks created their events in the same order: one
+			// handle names the same event on each.
+			require.Equal(t, bes[0].ce.pushed, bes[1].ce.pushed)
+			require.Equal(t, bes[0].ce.reduced, bes[1].ce.reduced)
+			drop := tc.drop(bes[0])
 			mustExpose(t, tc.name, 8, func(seed uint64) []string {
-				return runSimSend(t, bes, drvs, recv, send, ceDirectCalls(), seed, tc.drop)
+				return runSimSend(t, bes, drvs, recv, send, directOnly, seed, drop)
 			})
 		})
 	}
+}
+
+// eventWaits picks the stream waits on event e.
+func eventWaits(e cuda.Event) func(fakeOp) bool {
+	return func(o fakeOp) bool { return o.kind == "waitEvent" && o.event == e }
 }
 
 // Config.MaxBlocks caps the copy-engine reductions' kernels too, in both

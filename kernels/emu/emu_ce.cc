@@ -22,11 +22,13 @@
 // the peer's push stream copy straight into the owner's recv; nothing is
 // staged (the kernel gets no staging pointers, so a stray access faults),
 // chunks halve what is left of a piece down to the floor (the host cuts
-// them), and no kernel runs on the user's stream: the land stream, behind
-// each chunk's waits and landed, launches the kernel for that chunk alone
+// them), and no kernel runs on the user's stream: the land stream writes
+// landed once for the call, then behind each chunk's waits launches the
+// kernel for that chunk alone
 // (its own grid of block processes; one after the other, in stream order),
 // which reduces recv = send op recv in place, publishes reduced[0] (the
-// spread stream waits on slot 0) and writes no free flags. A direct
+// spread stream here waits on slot 0; the host waits on an event recorded
+// behind the kernel, which orders the same) and writes no free flags. A direct
 // ReduceScatter has no done handshake at all.
 #include <signal.h>
 #include <stdio.h>
@@ -224,9 +226,10 @@ std::vector<CeScenario> ce_scenarios(const EmuOptions& o) {
 // seq + the last such chunk i with i % kCESlots == k: the kernel neither
 // counts nor publishes the empty chunks past the end of a shorter piece,
 // for which the copy streams hold nothing back; done to seq. A direct
-// call moves only reduced[0], to seq + its piece's last chunk (each
-// chunk's kernel is given one chunk, its loop index 0), frees nothing, and
-// a direct ReduceScatter leaves done alone.
+// call moves landed to seq + its chunks - 1 (written once, before the
+// first chunk, as it must pass every chunk's kernel), reduced[0] to seq +
+// its piece's last chunk (each chunk's kernel is given one chunk, its loop
+// index 0), frees nothing, and a direct ReduceScatter leaves done alone.
 struct Flags {
   u32 landed, done[goccl::kMaxRanks], reduced[kCESlots], freed[goccl::kMaxRanks][kCESlots];
   void init(u32 v) {
@@ -316,7 +319,8 @@ struct Checker {
     for (uint64_t off = 0; off < m.sigBytes; off++)
       if (!protocol_word(off & ~3ull, s.n) && (uint8_t)ws[off] != kCanary && nbad++ == 0) first = off;
     if (nbad) fail("signal area written outside the flags (offset)", first, nbad, hex((uint8_t)ws[first]), hex(kCanary));
-    if (filled(c, me) > 0) want.landed = c.seq + filled(c, me) - 1;
+    if (c.direct) want.landed = c.seq + c.chunks - 1;  // (written once, for every chunk)
+    else if (filled(c, me) > 0) want.landed = c.seq + filled(c, me) - 1;
     flag_is("landed", landed_f(m, me), want.landed);
     if (!c.direct)
       advance(c, me, want.reduced);

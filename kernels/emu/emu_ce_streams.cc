@@ -178,6 +178,10 @@ int exit_of(int w) { return w == kWaitTimeout ? kExitTimeout : kExitOK; }
 // chunk to be freed. -inject earlydata: rank 0 writes a direct chunk's
 // data flag before its copy, which lands 20 ms later (a copy engine still
 // busy), so rank 1's land stream and kernel run ahead of the data.
+// -inject nolandwait (rank 0's land stream does not wait): the peers hold
+// each chunk of rank 0's piece back until rank 0's kernel has reduced it,
+// so that the kernel runs ahead of the data however the threads are
+// scheduled (a delay alone lost that race on a loaded machine).
 int push(StreamCtx& x) {
   const Call& c = x.c;
   const int n = x.s.n, me = x.me;
@@ -195,6 +199,11 @@ int push(StreamCtx& x) {
       uint64_t lo = 0;
       const uint64_t len = chunk_len(c, r, i, &lo);
       const char* src = b.send + (piece_off(c, r) + lo) * c.es;
+      if (x.o.inject == "nolandwait" && r == 0 && len > 0) {
+        const u32 slot = c.direct ? 0 : i % kCESlots;
+        const int w = x.wait(reduced_f(x.m, 0, slot), c.seq + i, "rank 0's reduced[" + std::to_string(slot) + "]");
+        if (w != kWaitOK) return exit_of(w);
+      }
       if (len > 0 && c.direct) {
         char* dst = peerRecv[r] + ((c.kind == kCeAR ? piece_off(c, r) : 0) + lo) * c.es;
         if (early) {
@@ -253,9 +262,11 @@ void direct_params(Params& p, const Mem& m, const Call& c, int me, u32 i, uint64
 
 // land: the kernel polls landed, never the data flags (on a GPU a flag
 // seen by a kernel need not order the peer's data written before it; a
-// stream wait orders what follows it). In direct mode it launches each
-// chunk's kernel behind that chunk's landed, with this rank's slow reader
-// settings, and returns the exit code of a kernel that failed.
+// stream wait orders what follows it). In direct mode it writes landed
+// once for the whole call, as the host does (collectives/gpu ceDirect),
+// and launches each chunk's kernel behind that chunk's data waits, with
+// this rank's slow reader settings, returning the exit code of a kernel
+// that failed.
 // -inject nolandwait: rank 0 writes landed without waiting, so its kernel
 // (direct: the chunk's kernel it then launches) reads chunks that a lazy
 // sender has not sent yet.
@@ -266,6 +277,7 @@ int land(StreamCtx& x) {
   Params p = ce_params(x.m, x.s, c, me);
   bool late = c.slowRank == me;  // (the first kernel starts late)
   if (c.direct) emu_set_slow(c.slowRank == me ? kSlowUs : 0, c.slowBlock, c.slowBlock >= 0 ? c.delayUs : 0);
+  if (c.direct) store(landed_f(x.m, me), c.seq + c.chunks - 1);
   for (u32 i = 0; i < c.chunks; i++) {
     uint64_t lo = 0;
     const uint64_t len = chunk_len(c, me, i, &lo);
@@ -275,8 +287,10 @@ int land(StreamCtx& x) {
       const int w = x.wait(data_f(x.m, me, r), c.seq + i, "data[" + std::to_string(r) + "]");
       if (w != kWaitOK) return exit_of(w);
     }
-    store(landed_f(x.m, me), c.seq + i);
-    if (!c.direct) continue;
+    if (!c.direct) {
+      store(landed_f(x.m, me), c.seq + i);
+      continue;
+    }
     if (late) usleep((useconds_t)c.delayUs), late = false;
     direct_params(p, x.m, c, me, i, lo, len);
     const std::string label = x.who + ", chunk " + std::to_string(i) + "'s kernel";

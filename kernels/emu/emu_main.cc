@@ -45,10 +45,10 @@
 // reuse staging slots without waiting for the reader to free them (ce
 // scenarios; call 0 has a slow reader, so its results come out wrong),
 // nolandwait makes rank 0's land stream say every chunk landed without
-// waiting for the peers' data flags (ce and cedirect scenarios: call 0 has
-// a lazy sender at rank 1, so rank 0's kernel, in cedirect each chunk's
-// kernel the land stream launches at once, reduces chunks that have not
-// arrived), earlydata makes rank 0's push stream write a direct chunk's
+// waiting for the peers' data flags (ce and cedirect scenarios: the peers
+// hold each chunk back until rank 0's kernel, in cedirect each chunk's
+// kernel the land stream launches at once, has reduced it without its
+// data), earlydata makes rank 0's push stream write a direct chunk's
 // data flag before its copy, which lands 20 ms later (cedirect: rank 1's
 // chunk kernels reduce chunks that have not arrived), shortchunks gives a
 // direct AllReduce only the chunks of its first piece rather than the most
