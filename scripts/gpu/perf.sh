@@ -5,11 +5,12 @@
 # collective runs once per tool with the same sizes and mode; compare.py
 # prints size, both times and busbw, and the speedup; `goccl plot` draws
 # both busbw curves. Raw JSON and the plots land in $OUT/perf.tgz.
-#   bash scripts/gpu/perf.sh [quick|reg|regred|huge]
+#   bash scripts/gpu/perf.sh [quick|reg|regred|huge|mid]
 # quick: AllReduce only; reg: the registered-buffer (copy engine) runs only;
 # regred: AllReduce and ReduceScatter on registered buffers; huge: 1 and 2
 # GiB only, every collective (Broadcast/AllGather registered, AllReduce and
-# ReduceScatter both ways).
+# ReduceScatter both ways); mid: AllReduce from 256 KiB to 32 MiB in steps
+# of 2 (the 1.5x target's range, every power of two), graph and eager.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset GOCCL_NVLS_ENABLE
@@ -37,6 +38,13 @@ run() {
 }
 
 MODE=${1:-full}
+if [ "$MODE" = mid ]; then
+  M=(-b 256K -e 32M -f 2 -n 20 -w 5)
+  # Graph runs as in full mode: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
+  run all_reduce_mid_graph all_reduce "${M[@]}" -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
+  run all_reduce_mid all_reduce "${M[@]}" -- --coll all_reduce "${M[@]}"
+  run all_reduce_mid_bf16_graph all_reduce "${M[@]}" -d bfloat16 -G 20 -- --coll all_reduce "${M[@]}" -n 100 -d bfloat16 --graph 20
+fi
 if [ "$MODE" = huge ]; then
   H=(-b 1G -e 2G -f 2 -n 10 -w 3)
   for c in all_reduce reduce_scatter; do
@@ -61,7 +69,7 @@ if [ "$MODE" = huge ]; then
     run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
   done
 fi
-if [ "$MODE" != reg ] && [ "$MODE" != huge ] && [ "$MODE" != regred ]; then
+if [ "$MODE" != reg ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ]; then
   run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
   run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
   run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
@@ -71,7 +79,7 @@ if [ "$MODE" = full ]; then
     run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
   done
 fi
-if [ "$MODE" != quick ] && [ "$MODE" != huge ] && [ "$MODE" != regred ]; then
+if [ "$MODE" != quick ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ]; then
   # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
   # NCCL runs as above (eager, its own buffers).
   for c in broadcast all_gather; do

@@ -119,7 +119,9 @@ if want direct; then
   [ $failed = 1 ] && PARTS=(none)
 fi
 if want direct; then
-  S=(-b 16M -e 1G -f 4 -n 10 -w 3 -R 2)
+  # DIRECT_SIZES overrides the sizes (nccl-tests' -b -e -f).
+  read -r -a S <<<"${DIRECT_SIZES:--b 16M -e 1G -f 4}"
+  S+=(-n 10 -w 3 -R 2)
   for c in all_reduce reduce_scatter; do
     sweep "$c kernels (registered)" GOCCL_TUNE=cedirect=0 -- "$c" "${S[@]}"
     for t in ${DIRECT_TUNE:-4M 16M 32M 64M}; do
