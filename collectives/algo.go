@@ -76,8 +76,8 @@ var DefaultThresholds = Thresholds{
 	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
 	// The copy-engine reductions in direct mode (the only one the
 	// thresholds take by default) from where they pass the kernels on 2x
-	// H200 (docs/perf.md, session 6: AllReduce 352.6 against 349.7 GB/s
-	// at 128 MiB; ReduceScatter behind at 256 MiB, ahead from 512 MiB).
+	// H200 (docs/perf.md, session 6: AllReduce level at 128 MiB and ahead
+	// from 256; ReduceScatter behind at 256 MiB, ahead from 512).
 	CopyEngine: [NumCollectives]int64{Broadcast: 128 << 20, AllGather: 32 << 20, AllReduce: 128 << 20, Reduce: never, ReduceScatter: 512 << 20},
 }
 

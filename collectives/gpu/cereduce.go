@@ -59,7 +59,7 @@ import (
 // AllReduce at 1 GiB from 330-337 to 375 GB/s). Between this rank's own
 // streams the order goes by events, and no stream memory operation sits
 // between two copies (ceDirect): that took AllReduce at 1 GiB on to 382
-// and at 256 MiB from 352 to 367 (docs/perf.md). This is the mode the
+// and at 256 MiB from 352 to 369, 372 with a 64 MiB floor (docs/perf.md). This is the mode the
 // thresholds choose where it passes the kernels (AllReduce from 128 MiB,
 // ReduceScatter from 512 MiB); the staging mode runs only when forced or
 // given a threshold explicitly.
@@ -110,6 +110,9 @@ func (be *Backend) planCEReduce(a *collectives.Args, direct bool) (cePlan, bool)
 		// Every piece halves on its own, and a shorter piece (the
 		// AllReduce rounding) can take one chunk more than a full one.
 		pl.chunk = max(align, uint64(be.tune.ceFloor[a.Coll])/es/align*align)
+		// At least two chunks: a call of one would reduce all of its piece
+		// after its only copy, with the link idle.
+		pl.chunk = min(pl.chunk, max(align, roundUp(ceilDiv(piece, 2), align)))
 		// Halving takes about log2(piece/floor) chunks, far below the
 		// flags' limit, which is checked all the same.
 		pl.cuts = be.ce.cuts[:be.nranks]

@@ -274,6 +274,20 @@ func TestCEDirectPlan(t *testing.T) {
 	assert.Equal(t, uint32(6), pl.chunks)
 	lo, n := pl.span(&a, 1, 5)
 	assert.Equal(t, [2]uint64{4092, 1}, [2]uint64{lo, n})
+
+	// A floor above half the piece is cut to half of it (in vectors), so
+	// that the call still takes two chunks rather than one.
+	a.Count = 2 * 301 // pieces of 304 and 298 elements; the floor, 256, is more than half
+	pl, ok = bes[0].planCEReduce(&a, true)
+	require.True(t, ok)
+	assert.Equal(t, uint64(152), pl.chunk)
+	assert.Equal(t, uint32(2), pl.chunks)
+	for r, want := range [][2][2]uint64{{{0, 152}, {152, 152}}, {{0, 152}, {152, 146}}} {
+		for i := range pl.chunks {
+			lo, n := pl.span(&a, r, i)
+			assert.Equal(t, want[i], [2]uint64{lo, n}, "rank %d chunk %d", r, i)
+		}
+	}
 }
 
 // directFlag is whether the reduction kernel rank r launched last runs

@@ -62,8 +62,9 @@ const (
 	defaultCEGrid     = 128
 	// The direct mode's last chunks: an AllReduce's last reduction hides
 	// behind the spreads of the chunks before it, a ReduceScatter's does
-	// not (scripts/gpu/probe, docs/perf.md).
-	defaultCEFloorAllReduce     = 32 << 20
+	// not (scripts/gpu/probe, docs/perf.md). A floor never exceeds half a
+	// piece (planCEReduce), so 128 MiB AllReduces still cut two chunks.
+	defaultCEFloorAllReduce     = 64 << 20
 	defaultCEFloorReduceScatter = 16 << 20
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
 	// maxBlocks slots, stays within this, so slots shrink as ranks grow.

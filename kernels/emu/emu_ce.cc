@@ -69,6 +69,8 @@ Call call(int n, int kind, int dt, int op, uint64_t count, uint64_t chunkBytes, 
 // a floor of 16 bytes, 4 for its 15 elements against 3 for the first
 // piece's 16), as collectives/gpu/cereduce.go's planCEReduce counts them.
 // hostChunks (-inject shortchunks) counts those of the first piece only.
+// (The host also caps its floor at half a piece, so that a call cuts two
+// chunks; a kernel sees only its chunk, so the floors here may be any.)
 Call direct_call(int kind, int dt, int op, uint64_t count, uint64_t floorBytes, bool hostChunks) {
   Call c = call(2, kind, dt, op, count, floorBytes, 1, false);
   c.direct = true;
