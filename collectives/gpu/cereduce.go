@@ -59,10 +59,10 @@ import (
 // AllReduce at 1 GiB from 330-337 to 375 GB/s). Between this rank's own
 // streams the order goes by events, and no stream memory operation sits
 // between two copies (ceDirect): that took AllReduce at 1 GiB on to 382
-// and at 256 MiB from 352 to 369, 372 with a 64 MiB floor (docs/perf.md). This is the mode the
-// thresholds choose where it passes the kernels (AllReduce from 128 MiB,
-// ReduceScatter from 512 MiB); the staging mode runs only when forced or
-// given a threshold explicitly.
+// and at 256 MiB from 352 to 369, 372 with a 64 MiB floor (docs/perf.md).
+// This is the mode the thresholds choose where it passes the kernels
+// (AllReduce from 128 MiB, ReduceScatter from 512 MiB); the staging mode
+// runs only when forced or given a threshold explicitly.
 //
 // Limits: eager streams only (a stream being captured takes the kernels, as
 // for the other copy-engine calls); about 3 stream operations per chunk and
