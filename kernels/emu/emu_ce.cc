@@ -102,8 +102,8 @@ void number(CeScenario& s) {
 // elements) to several chunks per piece, in and out of place, random grids,
 // slow readers and lazy senders, one call of more than kCESlots chunks and
 // one of depth kCESlots; call 0 has a slow reader at rank 1 (the nofreewait
-// injection relies on it) whose push stream starts 20 ms late and dawdles
-// (nolandwait relies on that). skew: a slow reader in every call.
+// injection relies on it) whose push stream starts 20 ms late and dawdles.
+// skew: a slow reader in every call.
 CeScenario matrix(const char* name, int n, u32 seq0, int shift, bool skew, uint64_t seed) {
   CeScenario s{name, "", n, seq0, {}, -1};
   Rng rng{seed};
@@ -154,7 +154,7 @@ CeScenario matrix(const char* name, int n, u32 seq0, int shift, bool skew, uint6
 // readers and lazy senders), a random staged call after about one in
 // three, so that the flags carry over between the modes. Call 0 (AllReduce
 // f32 sum, 7 chunks per piece) has a lazy sender at rank 1 whose push
-// starts 20 ms late (-inject nolandwait relies on it); call 1 is the
+// starts 20 ms late; call 1 is the
 // 31-element case of direct_call (-inject shortchunks). skew: a slow
 // reader in every call.
 CeScenario direct(const char* name, u32 seq0, bool skew, bool hostChunks, uint64_t seed) {

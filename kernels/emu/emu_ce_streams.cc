@@ -176,8 +176,9 @@ int exit_of(int w) { return w == kWaitTimeout ? kExitTimeout : kExitOK; }
 // for, only signalled, so the kernel cannot count on such chunks arriving
 // late. -inject nofreewait: rank 0 skips the wait for the slot's previous
 // chunk to be freed. -inject earlydata: rank 0 writes a direct chunk's
-// data flag before its copy, which lands 20 ms later (a copy engine still
-// busy), so rank 1's land stream and kernel run ahead of the data.
+// data flag before its copy, which lands only after rank 1's kernel has
+// reduced the chunk (a copy engine still busy), so rank 1's land stream
+// and kernel run ahead of the data.
 // -inject nolandwait (rank 0's land stream does not wait): the peers hold
 // each chunk of rank 0's piece back until rank 0's kernel has reduced it,
 // so that the kernel runs ahead of the data however the threads are
@@ -207,8 +208,12 @@ int push(StreamCtx& x) {
       if (len > 0 && c.direct) {
         char* dst = peerRecv[r] + ((c.kind == kCeAR ? piece_off(c, r) : 0) + lo) * c.es;
         if (early) {
+          // Copy only once r's kernel has reduced the chunk without it,
+          // so that the early flag does its harm however the threads are
+          // scheduled.
           store(data_f(x.m, r, me), c.seq + i);
-          usleep(20000);
+          const int w = x.wait(reduced_f(x.m, r, 0), c.seq + i, "rank " + std::to_string(r) + "'s reduced[0]");
+          if (w != kWaitOK) return exit_of(w);
         }
         ce_copy(dst, src, len * c.es, x.rng);
       } else if (len > 0) {

@@ -49,8 +49,9 @@
 // hold each chunk back until rank 0's kernel, in cedirect each chunk's
 // kernel the land stream launches at once, has reduced it without its
 // data), earlydata makes rank 0's push stream write a direct chunk's
-// data flag before its copy, which lands 20 ms later (cedirect: rank 1's
-// chunk kernels reduce chunks that have not arrived), shortchunks gives a
+// data flag before its copy, which lands only after rank 1's kernel for
+// the chunk has run (cedirect: rank 1's chunk kernels reduce chunks that
+// have not arrived), shortchunks gives a
 // direct AllReduce only the chunks of its first piece rather than the most
 // of any piece's, which collectives/gpu/cereduce.go's planCEReduce takes
 // (cedirect call 1: the shorter last piece needs one more, never sent nor
