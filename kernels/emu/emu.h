@@ -23,6 +23,12 @@ enum { kExitOK = 0, kExitCheck = 1, kExitTimeout = 10, kExitCrash = 11, kExitMis
 // forked process per block, and waits for all of them. It returns kExitOK or
 // the first block's failure code (the block has printed why, naming label).
 int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label);
+// emu_spawn runs f in a child process (killed when the parent dies), whose
+// exit code is what f returns; -1 (after saying why) when fork fails.
+pid_t emu_spawn(const std::function<int()>& f);
+// emu_kill_all kills the processes in pids and waits for them (a scenario
+// giving up before its drivers could finish).
+void emu_kill_all(const std::vector<pid_t>& pids);
 // emu_wait_drivers reaps the rank driver processes in drivers (zeroing
 // each entry as it ends) and reports whether every one exited kExitOK; when
 // one hung or crashed it kills the others, which cannot finish without it,

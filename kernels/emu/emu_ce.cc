@@ -398,9 +398,9 @@ int run_rank(const Mem& m, const CeScenario& s, int me, const EmuOptions& o, siz
     StreamCtx px{m, s, c, me, o, label + " push stream", {c.seed ^ (0x100u + me)}};
     StreamCtx lx{m, s, c, me, o, label + " land stream", {c.seed ^ (0x300u + me)}};
     StreamCtx sx{m, s, c, me, o, label + " spread stream", {c.seed ^ (0x200u + me)}};
-    const pid_t ps = spawn([&] { return aborting && me == 0 ? mute(px) : push(px); });
-    const pid_t ls = spawn([&] { return land(lx); });
-    const pid_t ss = c.kind == kCeAR ? spawn([&] { return spread(sx); }) : 0;
+    const pid_t ps = emu_spawn([&] { return aborting && me == 0 ? mute(px) : push(px); });
+    const pid_t ls = emu_spawn([&] { return land(lx); });
+    const pid_t ss = c.kind == kCeAR ? emu_spawn([&] { return spread(sx); }) : 0;
     int rc = kExitOK;
     if (!c.direct) {  // (direct: the land stream launches a kernel per chunk)
       if (c.slowRank == me) usleep((useconds_t)c.delayUs);
@@ -487,9 +487,9 @@ bool run_scenario(const CeScenario& s, const EmuOptions& o) {
   const double t0 = emu_now();
   std::vector<pid_t> drivers;
   for (int r = 0; r < s.n; r++) {
-    const pid_t pid = spawn([&] { return run_rank(m, s, r, o, nc); });
+    const pid_t pid = emu_spawn([&] { return run_rank(m, s, r, o, nc); });
     if (pid < 0) {
-      for (pid_t d : drivers) kill(d, SIGKILL), waitpid(d, nullptr, 0);
+      emu_kill_all(drivers);
       munmap(m.base, m.size);
       return false;
     }

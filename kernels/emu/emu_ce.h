@@ -200,10 +200,9 @@ int mute(StreamCtx& x);    // the push stream of a rank that never sends
 Params ce_params(const Mem& m, const CeScenario& s, const Call& c, int me);
 void direct_params(Params& p, const Mem& m, const Call& c, int me, u32 i, uint64_t lo, uint64_t n);
 
-// spawn runs f in a child process (killed when the parent dies); reap
-// waits for it and returns its exit code (kExitOK, saying nothing, for
-// one killed on purpose: the failure that led to it is reported).
-pid_t spawn(const std::function<int()>& f);
+// reap waits for a process of emu_spawn's and returns its exit code
+// (kExitOK, saying nothing, for one killed on purpose: the failure that
+// led to it is reported; kExitOK for pid 0, none spawned).
 int reap(pid_t pid, const std::string& who, bool killed = false);
 
 }  // namespace emu_ce

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -346,19 +345,6 @@ int mute(StreamCtx& x) {
     return kExitCheck;
   }
   return kExitOK;
-}
-
-pid_t spawn(const std::function<int()>& f) {
-  fflush(stdout);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int rc = f();
-    fflush(stdout);
-    _exit(rc);
-  }
-  if (pid < 0) perror("emu: fork");
-  return pid;
 }
 
 int reap(pid_t pid, const std::string& who, bool killed) {

@@ -62,12 +62,9 @@
 // "EMU-TIMEOUT"/"EMU-CRASH"/"EMU-MISALIGNED" for a block that hung or
 // faulted (followed by a dump of every rank's epochs).
 // Exit status 0 when every scenario passed.
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -623,21 +620,13 @@ bool run_scenario(const Scenario& s, const Options& o) {
   if (!comm_create(c, s)) return false;
   const size_t nl = o.limit >= 0 && (size_t)o.limit < s.launches.size() ? (size_t)o.limit : s.launches.size();
   const double t0 = emu_now();
-  fflush(stdout);
   std::vector<pid_t> drivers;
   for (int r = 0; r < s.nranks; r++) {
-    const pid_t pid = fork();
+    const pid_t pid = emu_spawn([&] { return run_rank(c, s, r, o, nl); });
     if (pid < 0) {
-      perror("emu: fork");
-      for (pid_t d : drivers) kill(d, SIGKILL);
-      for (pid_t d : drivers) waitpid(d, nullptr, 0);
+      emu_kill_all(drivers);
+      munmap(c.base, c.size);
       return false;
-    }
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int rc = run_rank(c, s, r, o, nl);
-      fflush(stdout);
-      _exit(rc);
     }
     drivers.push_back(pid);
   }

@@ -238,6 +238,24 @@ void emu_name_region(const char* name, const void* base, uint64_t size) {
 
 void emu_clear_regions() { g_nregions = 0; }
 
+pid_t emu_spawn(const std::function<int()>& f) {
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int rc = f();
+    fflush(stdout);
+    _exit(rc);
+  }
+  if (pid < 0) perror("emu: fork");
+  return pid;
+}
+
+void emu_kill_all(const std::vector<pid_t>& pids) {
+  for (pid_t k : pids) kill(k, SIGKILL);
+  for (pid_t k : pids) waitpid(k, nullptr, 0);
+}
+
 int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label) {
   std::vector<pid_t> kids;
   fflush(stdout);
@@ -247,8 +265,7 @@ int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int t
     pid_t pid = fork();
     if (pid < 0) {
       perror("emu: fork");
-      for (pid_t k : kids) kill(k, SIGKILL);
-      for (pid_t k : kids) waitpid(k, nullptr, 0);
+      emu_kill_all(kids);
       return kExitCrash;
     }
     if (pid == 0) run_block(fn, p, b, grid, threads, timeout_s);
