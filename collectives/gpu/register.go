@@ -156,12 +156,21 @@ func (be *Backend) PathFacts(a *collectives.Args) collectives.PathFacts {
 	if a.Coll == collectives.Reduce { // never on the copy engines
 		return f
 	}
-	f.RecvRegistered = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks))) != nil
-	if a.Coll.Reduces() {
-		f.SendRegistered = be.lookup(a.Send, uint64(a.SendBytes(be.nranks))) != nil
-		f.InPlace = f.SendRegistered && f.RecvRegistered && a.InPlace(be.rank)
-	}
+	recv, send := be.callRegs(a)
+	f.RecvRegistered, f.SendRegistered = recv != nil, send != nil
+	f.InPlace = f.SendRegistered && f.RecvRegistered && a.InPlace(be.rank)
 	return f
+}
+
+// callRegs returns the registrations holding a's receive buffer and, for a
+// reduction, its send buffer (nil where none does): what tryCE chooses by
+// and PathFacts reports. be.mu is held.
+func (be *Backend) callRegs(a *collectives.Args) (recv, send *registration) {
+	recv = be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
+	if a.Coll.Reduces() {
+		send = be.lookup(a.Send, uint64(a.SendBytes(be.nranks)))
+	}
+	return recv, send
 }
 
 // lookup returns the registration holding [p, p+n), nil when none does.

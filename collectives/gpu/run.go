@@ -79,7 +79,7 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 // replayed frozen; kernels keep their epochs on the device). taken is false
 // when the kernels must serve the call instead.
 func (be *Backend) tryCE(a *collectives.Args, bytes int64) (taken bool, err error) {
-	reg := be.lookup(a.Recv, uint64(a.RecvBytes(be.nranks)))
+	reg, send := be.callRegs(a)
 	var (
 		plan cePlan
 		pl   *cePlan // a reduction's plan, nil otherwise
@@ -87,8 +87,7 @@ func (be *Backend) tryCE(a *collectives.Args, bytes int64) (taken bool, err erro
 	if a.Coll.Reduces() {
 		// Symmetric registration puts both buffers at the same offsets on
 		// every rank, so every rank sees the same in-place-ness.
-		direct := be.nranks == 2 && be.tune.ceDirect && reg != nil && !a.InPlace(be.rank) &&
-			be.lookup(a.Send, uint64(a.SendBytes(be.nranks))) != nil
+		direct := be.nranks == 2 && be.tune.ceDirect && reg != nil && send != nil && !a.InPlace(be.rank)
 		staged := be.forced == collectives.CopyEngine || be.tune.ceExplicit[a.Coll]
 		if !direct && !staged {
 			return false, nil

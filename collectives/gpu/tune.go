@@ -119,25 +119,17 @@ func (t *tuning) parse(spec string) error {
 }
 
 func (t *tuning) set(key, val string) error {
-	if key == "cedirect" || key == "pdl" {
+	if dst, ok := map[string]*bool{"cedirect": &t.ceDirect, "pdl": &t.pdl}[key]; ok {
 		if val != "0" && val != "1" {
 			return fmt.Errorf("want 0 or 1: %w", collectives.ErrInvalidArgument)
 		}
-		if key == "pdl" {
-			t.pdl = val == "1"
-		} else {
-			t.ceDirect = val == "1"
-		}
+		*dst = val == "1"
 		return nil
 	}
-	if key == "grid" || key == "cegrid" {
+	if dst, ok := map[string]*int{"grid": &t.grid, "cegrid": &t.ceGrid}[key]; ok {
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 1 || n > maxBlocks {
 			return fmt.Errorf("want 1 to %d blocks: %w", maxBlocks, collectives.ErrInvalidArgument)
-		}
-		dst := &t.grid
-		if key == "cegrid" {
-			dst = &t.ceGrid
 		}
 		*dst = n
 		return nil
