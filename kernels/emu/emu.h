@@ -26,20 +26,17 @@ int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int t
 // emu_spawn runs f in a child process (killed when the parent dies), whose
 // exit code is what f returns; -1 (after saying why) when fork fails.
 pid_t emu_spawn(const std::function<int()>& f);
-// emu_kill_all kills the processes in pids and waits for them (a scenario
-// giving up before its drivers could finish).
-void emu_kill_all(const std::vector<pid_t>& pids);
 // emu_wait_drivers reaps the rank driver processes in drivers (zeroing
 // each entry as it ends) and reports whether every one exited kExitOK; when
 // one hung or crashed it kills the others, which cannot finish without it,
 // and sets *fatal.
 bool emu_wait_drivers(std::vector<pid_t>& drivers, bool* fatal);
-// emu_join ends a scenario: it waits for the drivers (emu_wait_drivers),
-// calls dump when one hung or crashed, and prints the scenario's PASS or
-// FAIL line (n items of what, on nranks ranks, since t0). It returns whether
-// every driver passed.
-bool emu_join(std::vector<pid_t>& drivers, const std::function<void()>& dump, const std::string& name, size_t n,
-              const char* what, int nranks, double t0);
+// emu_run_ranks runs a scenario: rank(r) in a driver process of its own
+// for each of nranks ranks, waited for (emu_wait_drivers); it calls dump
+// when one hung or crashed, prints the scenario's PASS or FAIL line (n
+// items of what), and returns whether every driver passed.
+bool emu_run_ranks(int nranks, const std::function<int(int)>& rank, const std::function<void()>& dump,
+                   const std::string& name, size_t n, const char* what);
 // emu_map_shared maps size bytes of zeroed memory that the processes forked
 // afterwards share; nullptr (after saying why) when it cannot.
 char* emu_map_shared(size_t size);

@@ -484,18 +484,8 @@ bool run_scenario(const CeScenario& s, const EmuOptions& o) {
   Mem m;
   if (!mem_create(m, s)) return false;
   const size_t nc = o.limit >= 0 && (size_t)o.limit < s.calls.size() ? (size_t)o.limit : s.calls.size();
-  const double t0 = emu_now();
-  std::vector<pid_t> drivers;
-  for (int r = 0; r < s.n; r++) {
-    const pid_t pid = emu_spawn([&] { return run_rank(m, s, r, o, nc); });
-    if (pid < 0) {
-      emu_kill_all(drivers);
-      munmap(m.base, m.size);
-      return false;
-    }
-    drivers.push_back(pid);
-  }
-  const bool ok = emu_join(drivers, [&] { dump(m); }, s.name, nc, "calls", s.n, t0);
+  const bool ok =
+      emu_run_ranks(s.n, [&](int r) { return run_rank(m, s, r, o, nc); }, [&] { dump(m); }, s.name, nc, "calls");
   munmap(m.base, m.size);
   return ok;
 }

@@ -619,18 +619,8 @@ bool run_scenario(const Scenario& s, const Options& o) {
   Comm c;
   if (!comm_create(c, s)) return false;
   const size_t nl = o.limit >= 0 && (size_t)o.limit < s.launches.size() ? (size_t)o.limit : s.launches.size();
-  const double t0 = emu_now();
-  std::vector<pid_t> drivers;
-  for (int r = 0; r < s.nranks; r++) {
-    const pid_t pid = emu_spawn([&] { return run_rank(c, s, r, o, nl); });
-    if (pid < 0) {
-      emu_kill_all(drivers);
-      munmap(c.base, c.size);
-      return false;
-    }
-    drivers.push_back(pid);
-  }
-  const bool ok = emu_join(drivers, [&] { dump(c); }, s.name, nl, "launches", s.nranks, t0);
+  const bool ok = emu_run_ranks(s.nranks, [&](int r) { return run_rank(c, s, r, o, nl); }, [&] { dump(c); }, s.name,
+                                nl, "launches");
   munmap(c.base, c.size);
   return ok;
 }

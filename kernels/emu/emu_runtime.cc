@@ -203,8 +203,38 @@ void emu_set_slow(int us, int block, int lateUs) {
   g_slow_late_us = lateUs;
 }
 
-bool emu_join(std::vector<pid_t>& drivers, const std::function<void()>& dump, const std::string& name, size_t n,
-              const char* what, int nranks, double t0) {
+pid_t emu_spawn(const std::function<int()>& f) {
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int rc = f();
+    fflush(stdout);
+    _exit(rc);
+  }
+  if (pid < 0) perror("emu: fork");
+  return pid;
+}
+
+// emu_kill_all kills the processes in pids and waits for them (a fork
+// failed before all of a launch's or a scenario's processes started).
+static void emu_kill_all(const std::vector<pid_t>& pids) {
+  for (pid_t k : pids) kill(k, SIGKILL);
+  for (pid_t k : pids) waitpid(k, nullptr, 0);
+}
+
+bool emu_run_ranks(int nranks, const std::function<int(int)>& rank, const std::function<void()>& dump,
+                   const std::string& name, size_t n, const char* what) {
+  const double t0 = emu_now();
+  std::vector<pid_t> drivers;
+  for (int r = 0; r < nranks; r++) {
+    const pid_t pid = emu_spawn([&] { return rank(r); });
+    if (pid < 0) {
+      emu_kill_all(drivers);
+      return false;
+    }
+    drivers.push_back(pid);
+  }
   bool fatal = false;
   const bool ok = emu_wait_drivers(drivers, &fatal);
   if (fatal) dump();
@@ -237,24 +267,6 @@ void emu_name_region(const char* name, const void* base, uint64_t size) {
 }
 
 void emu_clear_regions() { g_nregions = 0; }
-
-pid_t emu_spawn(const std::function<int()>& f) {
-  fflush(stdout);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int rc = f();
-    fflush(stdout);
-    _exit(rc);
-  }
-  if (pid < 0) perror("emu: fork");
-  return pid;
-}
-
-void emu_kill_all(const std::vector<pid_t>& pids) {
-  for (pid_t k : pids) kill(k, SIGKILL);
-  for (pid_t k : pids) waitpid(k, nullptr, 0);
-}
 
 int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label) {
   std::vector<pid_t> kids;
