@@ -1,11 +1,13 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,9 +68,10 @@ type Backend struct {
 
 	// regs are the live registrations sorted by base (guarded by mu): Run
 	// looks a receive buffer up in it for the copy-engine path.
-	regs []*registration
-	ce   copyEngine
-	nv   nvlsState
+	regs   []*registration
+	regSeq uint64 // registrations made so far (registration.seq)
+	ce     copyEngine
+	nv     nvlsState
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -389,6 +392,10 @@ func (be *Backend) release(ctx context.Context) error {
 	regs := be.regs
 	be.regs = nil
 	be.mu.Unlock()
+	// Freeing is collective: every rank must take the registrations in the
+	// same order, newest first as the transport drains its own, while the
+	// table's order (by address) may differ between ranks.
+	slices.SortFunc(regs, func(x, y *registration) int { return cmp.Compare(y.seq, x.seq) })
 	for _, r := range regs {
 		if err := r.free(ctx); err != nil {
 			errs = append(errs, err)

@@ -26,6 +26,10 @@ type registration struct {
 	base   uintptr
 	size   uint64
 	owned  bool
+	// seq numbers the registrations in the order they were made, which
+	// is the same on every rank (Register and Alloc are collective), so
+	// that Close frees them in an order every rank shares.
+	seq uint64
 }
 
 // Register exposes [ptr, ptr+size) to peers (collective). Every rank must
@@ -121,6 +125,8 @@ func (be *Backend) agreeSize(ctx context.Context, what string, size uint64, bad 
 func (be *Backend) track(r *registration) *registration {
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	be.regSeq++
+	r.seq = be.regSeq
 	i := len(be.regs)
 	for i > 0 && be.regs[i-1].base > r.base {
 		i--

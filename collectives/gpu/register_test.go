@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -41,4 +43,42 @@ func TestPathFacts(t *testing.T) {
 			assert.Equal(t, tc.want, bes[0].PathFacts(&a))
 		})
 	}
+}
+
+// TestCloseFreesRegistrationsInCreationOrder: freeing is collective, so
+// Close must take the registrations in an order every rank shares. The
+// table is sorted by address, which differs between ranks here: rank 1's
+// copies of the two buffers lie in the opposite order to rank 0's.
+func TestCloseFreesRegistrationsInCreationOrder(t *testing.T) {
+	bes, _, maps := newFakeBackends(t, 2, Config{})
+	// Per rank, the k-th buffer's address; rank r's are offset by r<<32 in
+	// the fake mapper's address space.
+	ptrs := [][]uintptr{
+		{0x10_0000, 0x20_0000},
+		{0x30_0000 + 1<<32, 0x05_0000 + 1<<32},
+	}
+	sizes := []uint64{4096, 8192}
+	for k, size := range sizes {
+		for r, err := range together(2, func(r int) error {
+			_, err := bes[r].Register(context.Background(), ptrs[r][k], size)
+			return err
+		}) {
+			require.NoError(t, err, "rank %d, buffer %d", r, k)
+		}
+	}
+	for r, err := range together(2, func(r int) error { return bes[r].Close() }) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	freedSizes := func(m *fakeMapper) []uint64 {
+		var out []uint64
+		for _, reg := range m.freed {
+			if reg.Size == 4096 || reg.Size == 8192 {
+				out = append(out, reg.Size)
+			}
+		}
+		return out
+	}
+	want := []uint64{8192, 4096} // newest first
+	assert.Equal(t, want, freedSizes(maps[0]), "rank 0")
+	assert.Equal(t, want, freedSizes(maps[1]), "rank 1")
 }
