@@ -2,7 +2,10 @@
 // costs when streams carry it, as the copy-engine paths do (a flag written
 // by one stream's cuStreamWriteValue32 into the peer's memory, waited on by
 // the peer's cuStreamWaitValue32), beside events (one process only) and
-// beside the work a copy-engine call queues behind such a wait. Each row is
+// beside the work a copy-engine call queues behind such a wait, and beside
+// two variants of the flags: writes without their memory barrier (enough
+// for a flag that publishes no data), and the flag kept in the writer's
+// memory with the waiter polling across NVLink. Each row is
 // a round trip GPU0 -> GPU1 -> GPU0, enqueued 200 times with no host
 // synchronization, time per round.
 #pragma once
@@ -47,12 +50,17 @@ void probe_hop() {
   }
   CK(cudaDeviceSynchronize());
   unsigned v = 0;
+  // nobar: the write skips its memory barrier (a flag that publishes no
+  // data, like the copy-engine paths' ready, needs none).
+  bool nobar = false;
   auto post = [&](int g, unsigned* where) {
-    CKD(cuStreamWriteValue32((CUstream)dev[g].P, (CUdeviceptr)where, v, CU_STREAM_WRITE_VALUE_DEFAULT));
+    CKD(cuStreamWriteValue32((CUstream)dev[g].P, (CUdeviceptr)where, v,
+                             nobar ? CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER : CU_STREAM_WRITE_VALUE_DEFAULT));
   };
-  auto wait = [&](int g) {
-    CKD(cuStreamWaitValue32((CUstream)dev[g].P, (CUdeviceptr)flag[g], v, CU_STREAM_WAIT_VALUE_GEQ));
+  auto wait_at = [&](int g, unsigned* where) {
+    CKD(cuStreamWaitValue32((CUstream)dev[g].P, (CUdeviceptr)where, v, CU_STREAM_WAIT_VALUE_GEQ));
   };
+  auto wait = [&](int g) { wait_at(g, flag[g]); };
   struct Mode {
     const char* name;
     int kind;
@@ -65,8 +73,23 @@ void probe_hop() {
       {"stream flags, a 128-block kernel behind", 4},
       {"kernel flags (1 thread spins, no streams)", 5},
       {"stream flags, local only (GPU0 alone)", 6},
+      {"stream flags, writes without memory barrier", 7},
+      {"the same, a 4 KiB peer copy behind", 8},
+      {"stream flags, write local, wait on the peer", 9},
+      {"the same, writes without memory barrier", 10},
   };
+  // The driver may refuse writes without their barrier (H200 with CUDA 13.0
+  // does: invalid argument); their rows are then left out.
+  CK(cudaSetDevice(0));
+  const bool nobarOK = cuStreamWriteValue32((CUstream)dev[0].P, (CUdeviceptr)flag[0], 0,
+                                            CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) == CUDA_SUCCESS;
+  CK(cudaDeviceSynchronize());
   for (const Mode& m : modes) {
+    nobar = m.kind == 7 || m.kind == 8 || m.kind == 10;
+    if (nobar && !nobarOK) {
+      printf("%-44s %10s\n", m.name, "refused");
+      continue;
+    }
     auto round = [&](int) {
       v++;
       switch (m.kind) {
@@ -90,6 +113,17 @@ void probe_hop() {
           post(0, flag[0]);
           wait(0);
           break;
+        case 9:
+        case 10:
+          // Each GPU raises the flag in its own memory; the other's stream
+          // polls it across NVLink.
+          CK(cudaSetDevice(0));
+          post(0, flag[0] + 1);
+          wait_at(0, flag[1] + 1);
+          CK(cudaSetDevice(1));
+          wait_at(1, flag[0] + 1);
+          post(1, flag[1] + 1);
+          break;
         default:
           CK(cudaSetDevice(0));
           post(0, flag[1]);
@@ -97,7 +131,7 @@ void probe_hop() {
           CK(cudaSetDevice(1));
           wait(1);
           if (m.kind == 2) touch<<<1, 1, 0, dev[1].P>>>(scratch[1], v);
-          if (m.kind == 3) CK(cudaMemcpyAsync(scratch[0], scratch[1], 4096, cudaMemcpyDefault, dev[1].P));
+          if (m.kind == 3 || m.kind == 8) CK(cudaMemcpyAsync(scratch[0], scratch[1], 4096, cudaMemcpyDefault, dev[1].P));
           if (m.kind == 4)
             add<<<128, 512, 0, dev[1].P>>>((float4*)scratch[1], (const float4*)scratch[1] + 4096, 4096);
           post(1, flag[0]);
