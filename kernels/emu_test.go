@@ -156,12 +156,12 @@ func TestKernelsOnCPU(t *testing.T) {
 			// pieces of 16 and 15 elements halve into 3 and 4 chunks.
 			// Counting only the first piece's, rather than the most of any
 			// piece's, rank 1's last chunk is never sent nor launched, so
-			// neither its elements nor reduced[0] (seq 0xffffffe7 + 3,
-			// written by the last chunk's kernel) get there.
+			// neither its elements get there nor is the reduced event
+			// recorded behind its kernel (seq 0xffffffe7 + 3).
 			name: "a direct AllReduce short of its last piece's chunks is reported",
 			args: []string{"-run", "cedirect", "-limit", "2", "-inject", "shortchunks"},
 			want: []string{"FAIL cedirect call 1: ce_allreduce f32 sum count=31", "rank=1: result: first wrong index 28",
-				"rank=1: reduced[0]: first wrong index 0 (1 wrong): got 0xffffffe9, want 0xffffffea", "FAIL cedirect: 2 calls"},
+				"rank=1: reduced event: first wrong index 0 (1 wrong): got 0xffffffe9, want 0xffffffea", "FAIL cedirect: 2 calls"},
 		},
 	}
 	for _, c := range negative {

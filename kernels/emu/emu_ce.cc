@@ -24,12 +24,14 @@
 // chunks halve what is left of a piece down to the floor (the host cuts
 // them), and no kernel runs on the user's stream: the land stream writes
 // landed once for the call, then behind each chunk's waits launches the
-// kernel for that chunk alone
-// (its own grid of block processes; one after the other, in stream order),
-// which reduces recv = send op recv in place, publishes reduced[0] (the
-// spread stream here waits on slot 0; the host waits on an event recorded
-// behind the kernel, which orders the same) and writes no free flags. A direct
-// ReduceScatter has no done handshake at all.
+// kernel for that chunk alone (its own grid of block processes; one after
+// the other, in stream order), which reduces recv = send op recv in place
+// and publishes nothing: no reduced, no counters, no free flags (the
+// checks say so). The host orders the spread after the kernel by an event
+// recorded behind it on the land stream; here the land stream records it
+// in a word of the control page once the kernel has returned, which the
+// spread stream waits on. A direct ReduceScatter has no done handshake at
+// all.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,13 +231,15 @@ std::vector<CeScenario> ce_scenarios(const EmuOptions& o) {
 // counts nor publishes the empty chunks past the end of a shorter piece,
 // for which the copy streams hold nothing back; done to seq. A direct
 // call moves landed to seq + its chunks - 1 (written once, before the
-// first chunk, as it must pass every chunk's kernel), reduced[0] to seq +
-// its piece's last chunk (each chunk's kernel is given one chunk, its loop
-// index 0), frees nothing, and a direct ReduceScatter leaves done alone.
+// first chunk, as it must pass every chunk's kernel), leaves reduced and
+// free alone (its kernels publish nothing), and a direct ReduceScatter
+// leaves done alone too; it moves the reduced event (not a flag: the land
+// stream's, emu_ce.h) to seq + its piece's last chunk, as every chunk that
+// holds data has its kernel.
 struct Flags {
-  u32 landed, done[goccl::kMaxRanks], reduced[kCESlots], freed[goccl::kMaxRanks][kCESlots];
+  u32 landed, event, done[goccl::kMaxRanks], reduced[kCESlots], freed[goccl::kMaxRanks][kCESlots];
   void init(u32 v) {
-    landed = v;
+    landed = event = v;
     std::fill(std::begin(done), std::end(done), v);
     std::fill(std::begin(reduced), std::end(reduced), v);
     for (auto& f : freed) std::fill(std::begin(f), std::end(f), v);
@@ -324,10 +328,9 @@ struct Checker {
     if (c.direct) want.landed = c.seq + c.chunks - 1;  // (written once, for every chunk)
     else if (filled(c, me) > 0) want.landed = c.seq + filled(c, me) - 1;
     flag_is("landed", landed_f(m, me), want.landed);
-    if (!c.direct)
-      advance(c, me, want.reduced);
-    else if (filled(c, me) > 0)
-      want.reduced[0] = c.seq + filled(c, me) - 1;
+    if (!c.direct) advance(c, me, want.reduced);  // (direct: the kernels publish nothing)
+    if (c.direct && filled(c, me) > 0) want.event = c.seq + filled(c, me) - 1;
+    flag_is("reduced event", reduced_event(m, me), want.event);
     for (u32 k = 0; k < kCESlots; k++) {
       const std::string sk = "[" + std::to_string(k) + "]";
       flag_is("counter" + sk, counter(m, me, k), 0);
@@ -466,7 +469,8 @@ int run_rank(const Mem& m, const CeScenario& s, int me, const EmuOptions& o, siz
 
 // dump prints every rank's flags after a hang or crash.
 void dump(const Mem& m) {
-  printf("copy-engine flags of every rank (data[src]; landed; reduced, counters of slots 0..3; free[src][0..1]):\n");
+  printf("copy-engine flags of every rank (data[src]; landed; reduced, counters of slots 0..3; free[src][0..1]; "
+         "the reduced event):\n");
   for (int r = 0; r < m.n; r++) {
     std::string line = "  rank " + std::to_string(r) + ": data";
     for (int q = 0; q < m.n; q++) line += " " + hex(load(data_f(m, r, q)));
@@ -476,6 +480,7 @@ void dump(const Mem& m) {
     for (u32 k = 0; k < 4; k++) line += " " + std::to_string(load(counter(m, r, k)));
     line += "; free";
     for (int q = 0; q < m.n; q++) line += " " + hex(load(free_f(m, r, q, 0))) + "," + hex(load(free_f(m, r, q, 1)));
+    line += "; event " + hex(load(reduced_event(m, r)));
     printf("%s\n", line.c_str());
   }
 }

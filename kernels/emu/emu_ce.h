@@ -110,9 +110,10 @@ struct Rng {
 
 // Mem is every rank's memory in one shared mapping: a control page (the
 // abort flag, the count of kernels running, the calls each rank finished:
-// kernel returned, streams joined), then per rank its workspace (signal
-// area, then staging that ends at an inaccessible page) and its send and
-// receive regions, each followed by an inaccessible page.
+// kernel returned, streams joined; each rank's reduced event), then per
+// rank its workspace (signal area, then staging that ends at an
+// inaccessible page) and its send and receive regions, each followed by an
+// inaccessible page.
 struct Mem {
   int n = 0;
   char* base = nullptr;
@@ -120,6 +121,11 @@ struct Mem {
   u32* abortFlag = nullptr;
   u32* running = nullptr;
   u32* finished = nullptr;  // [rank]: calls whose kernel returned and streams joined
+  // reducedEvent[rank] stands for the host's ce.reduced event, recorded
+  // on the land stream behind each direct chunk's kernel: seq + i once
+  // chunk i's kernel has returned (a direct kernel publishes no flag). It
+  // sits in the control page, where no kernel writes.
+  u32* reducedEvent = nullptr;
   uint64_t sigBytes = 0, stgRegion = 0, regBytes = 0;
   char* ws[goccl::kMaxRanks] = {};
   char* stg[goccl::kMaxRanks] = {};
@@ -137,6 +143,7 @@ inline u32* free_f(const Mem& m, int r, int src, u32 slot) {
   return flag(m, r, goccl::kCEFreeOff + 4 * ((uint64_t)src * kCESlots + slot));
 }
 inline u32* counter(const Mem& m, int r, u32 slot) { return (u32*)(m.ws[r] + goccl::kCECountOffset + 4 * slot); }
+inline u32* reduced_event(const Mem& m, int r) { return m.reducedEvent + r; }
 inline u32 load(const u32* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 inline void store(u32* p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 

@@ -10,10 +10,12 @@
 //	        wait, no copy), then data[me] = seq + i into r's flags
 //	land:   for chunk i of my piece while it holds data: wait data[r] >=
 //	        seq + i here for every peer r (rotated), then landed = seq + i
-//	        (direct: then launch the kernel for chunk i alone and wait for
-//	        it, as the next operation on a stream waits for a kernel)
+//	        (direct: landed once for the call; per chunk, launch the kernel
+//	        for chunk i alone and wait for it, as the next operation on a
+//	        stream waits for a kernel, then record the reduced event: its
+//	        word in the control page = seq + i)
 //	spread: (AllReduce) for chunk i of my piece while it holds data: wait
-//	        reduced[i % kCESlots] (direct: reduced[0]) >= seq + i here,
+//	        reduced[i % kCESlots] (direct: the reduced event) >= seq + i,
 //	        copy my reduced chunk i into every peer's output; then
 //	        done[me] = seq into every peer's flags
 //
@@ -77,6 +79,8 @@ bool mem_create(Mem& m, const CeScenario& s) {
   m.abortFlag = (u32*)m.base;
   m.running = (u32*)(m.base + 64);
   m.finished = (u32*)(m.base + 128);
+  m.reducedEvent = (u32*)(m.base + 192);
+  for (int r = 0; r < s.n; r++) m.reducedEvent[r] = s.seq0 - 1;  // (as the flags: no chunk has run)
   char* p = m.base + pg;
   mprotect(p, pg, PROT_NONE);
   p += pg;
@@ -182,6 +186,9 @@ int exit_of(int w) { return w == kWaitTimeout ? kExitTimeout : kExitOK; }
 // each chunk of rank 0's piece back until rank 0's kernel has reduced it,
 // so that the kernel runs ahead of the data however the threads are
 // scheduled (a delay alone lost that race on a loaded machine).
+// Both learn that a staged chunk was reduced from the kernel's reduced
+// flag and a direct one from the reduced event (a direct kernel publishes
+// nothing), so neither sleeps.
 int push(StreamCtx& x) {
   const Call& c = x.c;
   const int n = x.s.n, me = x.me;
@@ -200,8 +207,9 @@ int push(StreamCtx& x) {
       const uint64_t len = chunk_len(c, r, i, &lo);
       const char* src = b.send + (piece_off(c, r) + lo) * c.es;
       if (x.o.inject == "nolandwait" && r == 0 && len > 0) {
-        const u32 slot = c.direct ? 0 : i % kCESlots;
-        const int w = x.wait(reduced_f(x.m, 0, slot), c.seq + i, "rank 0's reduced[" + std::to_string(slot) + "]");
+        const int w = c.direct ? x.wait(reduced_event(x.m, 0), c.seq + i, "rank 0's reduced event")
+                               : x.wait(reduced_f(x.m, 0, i % kCESlots), c.seq + i,
+                                        "rank 0's reduced[" + std::to_string(i % kCESlots) + "]");
         if (w != kWaitOK) return exit_of(w);
       }
       if (len > 0 && c.direct) {
@@ -211,7 +219,7 @@ int push(StreamCtx& x) {
           // so that the early flag does its harm however the threads are
           // scheduled.
           store(data_f(x.m, r, me), c.seq + i);
-          const int w = x.wait(reduced_f(x.m, r, 0), c.seq + i, "rank " + std::to_string(r) + "'s reduced[0]");
+          const int w = x.wait(reduced_event(x.m, r), c.seq + i, "rank " + std::to_string(r) + "'s reduced event");
           if (w != kWaitOK) return exit_of(w);
         }
         ce_copy(dst, src, len * c.es, x.rng);
@@ -270,7 +278,9 @@ void direct_params(Params& p, const Mem& m, const Call& c, int me, u32 i, uint64
 // once for the whole call, as the host does (collectives/gpu ceDirect),
 // and launches each chunk's kernel behind that chunk's data waits, with
 // this rank's slow reader settings, returning the exit code of a kernel
-// that failed.
+// that failed; once the kernel has returned it records the reduced event
+// (the host's ce.reduced: recorded at AllReduce only, for the spread,
+// here at ReduceScatter too, for the injections and the checks).
 // -inject nolandwait: rank 0 writes landed without waiting, so its kernel
 // (direct: the chunk's kernel it then launches) reads chunks that a lazy
 // sender has not sent yet.
@@ -300,6 +310,7 @@ int land(StreamCtx& x) {
     const std::string label = x.who + ", chunk " + std::to_string(i) + "'s kernel";
     const int rc = emu_launch(ce_kernel_for(c.dt, c.op), p, c.grid, c.threads, x.o.timeout, label.c_str());
     if (rc != kExitOK) return rc;
+    store(reduced_event(x.m, me), c.seq + i);  // (the host records ce.reduced here)
   }
   return kExitOK;
 }
@@ -314,8 +325,9 @@ int spread(StreamCtx& x) {
     uint64_t lo = 0;
     const uint64_t len = chunk_len(c, me, i, &lo);
     if (len == 0) break;
-    const u32 slot = c.direct ? 0 : i % kCESlots;  // (direct: each chunk's kernel has one chunk)
-    const int w = x.wait(reduced_f(x.m, me, slot), c.seq + i, "reduced[" + std::to_string(slot) + "]");
+    const u32 slot = i % kCESlots;
+    const int w = c.direct ? x.wait(reduced_event(x.m, me), c.seq + i, "the reduced event")
+                           : x.wait(reduced_f(x.m, me, slot), c.seq + i, "reduced[" + std::to_string(slot) + "]");
     if (w != kWaitOK) return exit_of(w);
     const uint64_t at = (piece_off(c, me) + lo) * c.es;
     for (int k = 1; k < n; k++) ce_copy(peerRecv[(me + k) % n] + at, b.recv + at, len * c.es, x.rng);
