@@ -24,7 +24,9 @@ type Mapper interface {
 	Alloc(ctx context.Context, size uint64) (*Region, error)
 	// Register exposes a user allocation [ptr, ptr+size) to peers without
 	// copying, where the transport can (ipc: any cuMemAlloc memory; vmm:
-	// memory from its own Alloc).
+	// memory from its own Alloc, or cuMemAlloc memory through IPC handles
+	// when no rank's buffer is in one of its Allocs, since VMM can only
+	// export what it created).
 	Register(ctx context.Context, ptr uintptr, size uint64) (*Region, error)
 	// Free unmaps peers' buffers, waits until every peer has done the
 	// same, then releases the local one.

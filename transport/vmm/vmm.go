@@ -12,6 +12,7 @@ import (
 
 	"github.com/goccl/goccl/internal/cuda"
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/ipc"
 )
 
 // closeTimeout bounds the barriers Close runs for the regions left over,
@@ -25,6 +26,10 @@ var closeFD = unix.Close
 // cuMemCreate allocations exported as POSIX file descriptors, passed over
 // the bootstrap's Unix sockets, imported and mapped by every peer. It
 // implements transport.Mapper; Alloc, Register and Free are collective.
+//
+// Register also takes cuMemAlloc memory it did not make (foreign.go): VMM
+// cannot export that, so it goes through an ipc Mapper over the same
+// bootstrap and context.
 type Mapper struct {
 	drv cuda.Driver
 	b   transport.Bootstrap
@@ -33,8 +38,10 @@ type Mapper struct {
 
 	mu      sync.Mutex // held for a whole collective operation
 	regions transport.Regions[*region]
-	gran    uint64 // allocation granularity, once known
-	seq     uint64 // Allocs so far: the same on every rank, names a region across ranks
+	ipc     *ipc.Mapper                    // foreign memory's route; its lock is taken only under mu
+	foreign map[*transport.Region]struct{} // live regions Register made through ipc
+	gran    uint64                         // allocation granularity, once known
+	seq     uint64                         // Allocs so far: the same on every rank, names a region across ranks
 	closed  bool
 }
 
@@ -70,7 +77,11 @@ func New(drv cuda.Driver, b transport.Bootstrap, ctx cuda.Context, dev cuda.Devi
 	if drv == nil || b == nil {
 		return nil, errors.New("vmm: New: nil driver or bootstrap")
 	}
-	return &Mapper{drv: drv, b: b, ctx: ctx, dev: dev}, nil
+	im, err := ipc.New(drv, b, ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vmm: New: %w", err)
+	}
+	return &Mapper{drv: drv, b: b, ctx: ctx, dev: dev, ipc: im, foreign: map[*transport.Region]struct{}{}}, nil
 }
 
 // Name is "vmm".
@@ -285,47 +296,56 @@ func (m *Mapper) release(ctx context.Context, reg *region) error {
 	return errors.Join(errs...)
 }
 
-// Register exposes [ptr, ptr+size) to peers without copying. VMM can only
-// share what it created, so ptr must lie in memory from this Mapper's
-// Alloc; the result is a view whose peer addresses are offsets into the
-// peers' mappings of the same Alloc.
+// Register exposes [ptr, ptr+size) to peers without copying. Memory from
+// this Mapper's Alloc is shared as a view whose peer addresses are offsets
+// into the peers' mappings of the same Alloc. Other memory ("foreign", such
+// as a framework's cuMemAlloc tensors) cannot be exported by VMM, so it is
+// registered through legacy IPC handles instead. Every rank must take the
+// same route: the ranks agree on it first, and mixed routes fail on all.
 func (m *Mapper) Register(ctx context.Context, ptr uintptr, size uint64) (*transport.Region, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, transport.ErrClosed
 	}
-	me := m.b.Rank()
-	var local *StepError
-	parent := m.owner(ptr, size)
-	if parent == nil {
-		local = stepErr(me, "Register", -1, fmt.Errorf(
-			"buffer %#x (+%d bytes) is not inside memory from this mapper's Alloc: %w", ptr, size, cuda.ErrNotSupported))
-	}
+	parent, local := m.route(ptr, size)
 	var payload []byte
-	if parent != nil {
-		preg := parent.Priv.(*region)
-		payload = binary.LittleEndian.AppendUint64(nil, preg.seq)
-		payload = binary.LittleEndian.AppendUint64(payload, uint64(ptr-parent.Local))
+	if local == nil {
+		payload = routePayload(parent, ptr, size)
 	}
 	all, err := agree(ctx, m.b, local, payload)
 	if err != nil {
 		return nil, err
 	}
+	// Every rank decodes the same payloads, so all reach the same verdict
+	// without another exchange and run the same bootstrap operations next:
+	// the ipc Mapper's exchanges, the view's agreement, or none.
+	routes, err := m.decodeRoutes(all)
+	if err != nil {
+		return nil, err
+	}
+	switch foreign := countForeign(routes); {
+	case foreign == len(routes):
+		return m.registerForeign(ctx, ptr, size)
+	case foreign > 0:
+		return nil, m.mixedRoutes(routes)
+	}
+	return m.registerView(ctx, parent, ptr, size, routes)
+}
+
+// registerView makes a view of parent, an Alloc every rank registers part
+// of; routes holds each rank's Alloc and offset.
+func (m *Mapper) registerView(ctx context.Context, parent *transport.Region, ptr uintptr, size uint64, routes []route) (*transport.Region, error) {
+	me := m.b.Rank()
 	preg := parent.Priv.(*region)
-	peers := make([]uintptr, len(all))
+	peers := make([]uintptr, len(routes))
 	var failed *StepError
-	for r, p := range all {
-		if len(p) != 16 {
-			failed = stepErr(me, "decode offset", r, fmt.Errorf("message of %d bytes, want 16", len(p)))
+	for r, rt := range routes {
+		if rt.seq != preg.seq {
+			failed = stepErr(me, "Register", r, fmt.Errorf("rank %d registers memory of Alloc #%d, this rank of #%d", r, rt.seq, preg.seq))
 			break
 		}
-		seq, off := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:])
-		if seq != preg.seq {
-			failed = stepErr(me, "Register", r, fmt.Errorf("rank %d registers memory of Alloc #%d, this rank of #%d", r, seq, preg.seq))
-			break
-		}
-		peers[r] = parent.Peers[r] + uintptr(off)
+		peers[r] = parent.Peers[r] + uintptr(rt.off)
 	}
 	if _, err := agree(ctx, m.b, failed, nil); err != nil {
 		return nil, err
@@ -335,25 +355,19 @@ func (m *Mapper) Register(ctx context.Context, ptr uintptr, size uint64) (*trans
 	return out, nil
 }
 
-// owner is the live Alloc region holding [ptr, ptr+size), or nil.
-func (m *Mapper) owner(ptr uintptr, size uint64) *transport.Region {
-	if size == 0 {
-		return nil
-	}
-	for r := range m.regions.All() {
-		if reg := r.Priv.(*region); reg.parent == nil &&
-			ptr >= r.Local && uint64(ptr-r.Local) < r.Size && size <= r.Size-uint64(ptr-r.Local) {
-			return r
-		}
-	}
-	return nil
-}
-
 // Free unmaps peers' memory, waits until every rank has, then releases the
-// local allocation. Freeing a Register view releases nothing.
+// local allocation. Freeing a Register view releases nothing; freeing
+// foreign memory's region closes its IPC mappings (collective too).
 func (m *Mapper) Free(ctx context.Context, r *transport.Region) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if _, ok := m.foreign[r]; ok {
+		delete(m.foreign, r)
+		if err := m.ipc.Free(ctx, r); err != nil {
+			return fmt.Errorf("vmm: Free of foreign memory: %w", err)
+		}
+		return nil
+	}
 	reg, ok := m.take(r)
 	if !ok {
 		return fmt.Errorf("vmm: Free: region %p is not live in this mapper", r)
@@ -368,7 +382,9 @@ func (m *Mapper) take(r *transport.Region) (*region, bool) {
 	return m.regions.Take(r, func(reg *region) bool { return reg.m == m })
 }
 
-// Close frees the regions still live, newest first (collective, like Free).
+// Close frees the regions still live, newest first, then those of foreign
+// memory (collective, like Free: every rank holds the same regions, so all
+// run the same barriers in the same order).
 func (m *Mapper) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -376,10 +392,15 @@ func (m *Mapper) Close() error {
 		return nil
 	}
 	m.closed = true
-	return m.regions.Drain(closeTimeout, func(ctx context.Context, _ *transport.Region, reg *region) error {
+	err := m.regions.Drain(closeTimeout, func(ctx context.Context, _ *transport.Region, reg *region) error {
 		if reg.parent != nil {
 			return nil
 		}
 		return m.release(ctx, reg)
 	})
+	clear(m.foreign)
+	if ierr := m.ipc.Close(); ierr != nil {
+		err = errors.Join(err, fmt.Errorf("vmm: Close of foreign memory: %w", ierr))
+	}
+	return err
 }
