@@ -5,12 +5,15 @@
 # collective runs once per tool with the same sizes and mode; compare.py
 # prints size, both times and busbw, and the speedup; `goccl plot` draws
 # both busbw curves. Raw JSON and the plots land in $OUT/perf.tgz.
-#   bash scripts/gpu/perf.sh [quick|reg|regred|huge|mid]
+#   bash scripts/gpu/perf.sh [quick|reg|regred|huge|mid|user]
 # quick: AllReduce only; reg: the registered-buffer (copy engine) runs only;
 # regred: AllReduce and ReduceScatter on registered buffers; huge: 1 and 2
 # GiB only, every collective (Broadcast/AllGather registered, AllReduce and
 # ReduceScatter both ways); mid: AllReduce from 256 KiB to 32 MiB in steps
-# of 2 (the 1.5x target's range, every power of two), graph and eager.
+# of 2 (the 1.5x target's range, every power of two), graph and eager;
+# user: every collective from 128 MiB to PERF_MAX on the ranks' own
+# cuMemAlloc buffers registered with comm.Register (-R 1, as a framework
+# registers its tensors; on vmm, the default, through IPC handles).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset GOCCL_NVLS_ENABLE
@@ -69,7 +72,7 @@ if [ "$MODE" = huge ]; then
     run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
   done
 fi
-if [ "$MODE" != reg ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ]; then
+if [ "$MODE" != reg ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ] && [ "$MODE" != user ]; then
   run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
   run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
   run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
@@ -79,7 +82,13 @@ if [ "$MODE" = full ]; then
     run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
   done
 fi
-if [ "$MODE" != quick ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ]; then
+if [ "$MODE" = user ]; then
+  U=(-b 128M -e "$MAX" -f 2 -n 20 -w 5)
+  for c in all_reduce reduce_scatter broadcast all_gather; do
+    run "${c}_user" "$c" "${U[@]}" -R 1 -- --coll "$c" "${U[@]}"
+  done
+fi
+if [ "$MODE" != quick ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ] && [ "$MODE" != user ]; then
   # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
   # NCCL runs as above (eager, its own buffers).
   for c in broadcast all_gather; do

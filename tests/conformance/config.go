@@ -41,6 +41,7 @@ type config struct {
 	stress     int
 	inprocess  int
 	register   bool // matrix buffers from the communicator's Alloc (registered)
+	regUser    bool // matrix buffers from the rank's space, then Register
 	timeout    time.Duration
 	show       int // failures printed per rank
 }
@@ -63,6 +64,8 @@ const usage = `usage: conformance [flags]   (one rank; start it under goccl run,
   --inprocess N              N ranks in this process (comm.InitAll; UVA on GPUs), no launcher
   --register                 GPU: the matrix's buffers come from the communicator's Alloc
                              (registered: Broadcast/AllGather/AllReduce may take the copy engines)
+  --register-user            GPU: the matrix's buffers are the rank's own device memory,
+                             registered with Register, as a framework's tensors would be
   --timeout D                bound on the whole run                  [30m]
   --show N                   failures printed per rank               [10]
 `
@@ -87,6 +90,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.IntVar(&c.stress, "stress", 0, "")
 	fs.IntVar(&c.inprocess, "inprocess", 0, "")
 	fs.BoolVar(&c.register, "register", false, "")
+	fs.BoolVar(&c.regUser, "register-user", false, "")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "")
 	fs.IntVar(&c.show, "show", 10, "")
 	if err := fs.Parse(args); err != nil {
@@ -153,6 +157,10 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("%w: --graph needs the gpu backend", errUsage)
 	case c.register && c.backend == "host":
 		return nil, fmt.Errorf("%w: --register needs the gpu backend", errUsage)
+	case c.regUser && c.backend == "host":
+		return nil, fmt.Errorf("%w: --register-user needs the gpu backend", errUsage)
+	case c.regUser && c.register:
+		return nil, fmt.Errorf("%w: --register and --register-user exclude each other", errUsage)
 	}
 	return c, nil
 }

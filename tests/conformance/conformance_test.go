@@ -54,6 +54,8 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--large", "huge"}, "--large"},
 		{[]string{"--graph", "5", "--backend", "host"}, "--graph needs"},
 		{[]string{"--register", "--backend", "host"}, "--register needs"},
+		{[]string{"--register-user", "--backend", "host"}, "--register-user needs"},
+		{[]string{"--register", "--register-user", "--backend", "gpu"}, "exclude each other"},
 		{[]string{"--stress", "-1"}, ">= 0"},
 		{[]string{"--timeout", "0s"}, "--timeout"},
 		{[]string{"extra"}, "unexpected"},
@@ -202,10 +204,43 @@ type registering struct {
 	mu             sync.Mutex
 	sizes          []int
 	live, released int
+	regd           map[uintptr]bool // Register: the buffers registered now
 }
 
-func (c *registering) Register(context.Context, uintptr, int) (func(context.Context) error, error) {
-	return nil, errors.New("not used")
+func (c *registering) Register(_ context.Context, ptr uintptr, size int) (func(context.Context) error, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.regd == nil {
+		return nil, errors.New("not used")
+	}
+	c.sizes = append(c.sizes, size)
+	c.live++
+	c.regd[ptr] = true
+	return func(context.Context) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.live--
+		c.released++
+		delete(c.regd, ptr)
+		return nil
+	}, nil
+}
+
+// userSpace is a rank's own memory for --register-user: it counts the
+// buffers freed while still registered (the peers could still map them).
+type userSpace struct {
+	*membuf.Host
+	c     *registering
+	early int
+}
+
+func (s *userSpace) Free(b membuf.Buffer) error {
+	s.c.mu.Lock()
+	if s.c.regd[b.Ptr] {
+		s.early++
+	}
+	s.c.mu.Unlock()
+	return s.Host.Free(b)
 }
 
 func (c *registering) Alloc(_ context.Context, size int) (uintptr, func(context.Context) error, error) {
@@ -279,6 +314,29 @@ func TestRegisterAllocatesThroughTheCommunicator(t *testing.T) {
 		assert.Equal(t, []int{800 + guard, 3*800 + guard}, c.sizes, "rank %d: symmetric sizes, send then recv", r)
 		assert.Zero(t, c.live, "rank %d: every registered buffer released", r)
 		assert.Equal(t, 2, c.released)
+	}
+
+	// --register-user: the rank's own buffers, registered, then released
+	// before the space frees them.
+	cfg, err = parseConfig([]string{"--register-user", "--counts", "0,5,100", "--colls", "all_reduce,all_gather", "--types", "int32,float64"})
+	require.NoError(t, err)
+	require.True(t, cfg.regUser)
+	spaces := make([]*userSpace, 3)
+	for r := range ranks {
+		comms[r] = &registering{Comm: g.Rank(r), regd: map[uintptr]bool{}}
+		spaces[r] = &userSpace{Host: membuf.NewHost(), c: comms[r]}
+		ranks[r] = bench.Rank{Comm: comms[r], Space: spaces[r]}
+	}
+	out.Reset()
+	errOut.Reset()
+	code = runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &errOut, nil)
+	require.Equal(t, 0, code, "%s\n%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), " 0 failed\n")
+	for r, c := range comms {
+		assert.Equal(t, []int{800 + guard, 3*800 + guard}, c.sizes, "rank %d: symmetric sizes, send then recv", r)
+		assert.Zero(t, c.live, "rank %d: every registration released", r)
+		assert.Equal(t, 2, c.released)
+		assert.Zero(t, spaces[r].early, "rank %d: a buffer freed while registered", r)
 	}
 
 	// A communicator that cannot register is a usage error, not a pass (one

@@ -112,39 +112,50 @@ func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 }
 
 // alloc takes size bytes from the rank's space or, with --register, from
-// the communicator's Alloc (collective: every rank computes the same sizes
+// the communicator's Alloc, or with --register-user from the rank's space
+// and then registers them (collective: every rank computes the same sizes
 // from the same cases, as registration must be symmetric).
 func (r *rankRunner) alloc(ctx context.Context, size int) (membuf.Buffer, error) {
-	if !r.cfg.register {
+	if !r.cfg.register && !r.cfg.regUser {
 		return r.rk.Space.Alloc(size)
 	}
 	reg, ok := r.rk.Comm.(bench.Registrar)
 	if !ok {
 		return membuf.Buffer{}, fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
 	}
-	p, rel, err := reg.Alloc(ctx, size)
+	if r.cfg.register {
+		p, rel, err := reg.Alloc(ctx, size)
+		if err != nil {
+			return membuf.Buffer{}, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
+		}
+		r.release = append(r.release, rel)
+		return membuf.Buffer{Ptr: p, Size: size}, nil
+	}
+	b, err := r.rk.Space.Alloc(size)
 	if err != nil {
-		return membuf.Buffer{}, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
+		return b, err
+	}
+	rel, err := reg.Register(ctx, b.Ptr, size)
+	if err != nil {
+		_ = r.rk.Space.Free(b)
+		return membuf.Buffer{}, fmt.Errorf("register %d bytes of the rank's memory: %w", size, err)
 	}
 	r.release = append(r.release, rel)
-	return membuf.Buffer{Ptr: p, Size: size}, nil
+	return b, nil
 }
 
+// free releases the registrations first: the peers unmap before the
+// memory under them goes back to the space.
 func (r *rankRunner) free(ctx context.Context) error {
-	if r.cfg.register {
-		var errs []error
-		for _, rel := range r.release {
-			errs = append(errs, rel(ctx))
-		}
-		r.release = nil
-		return errors.Join(errs...)
+	var errs []error
+	for _, rel := range r.release {
+		errs = append(errs, rel(ctx))
 	}
-	e1 := r.rk.Space.Free(r.send)
-	e2 := r.rk.Space.Free(r.recv)
-	if e1 != nil {
-		return e1
+	r.release = nil
+	if !r.cfg.register {
+		errs = append(errs, r.rk.Space.Free(r.send), r.rk.Space.Free(r.recv))
 	}
-	return e2
+	return errors.Join(errs...)
 }
 
 // runCases runs the matrix. Its error is fatal (a call failed); wrong
