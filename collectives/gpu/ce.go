@@ -88,9 +88,12 @@ type copyEngine struct {
 	staging    [maxRanks]uintptr
 	stageBytes uint64
 
-	seq    uint32             // calls issued; guarded by Backend.mu
-	issued atomic.Uint32      // seq, for Abort
-	cuts   [maxRanks][]uint64 // cePlan.cuts' buffers; guarded by Backend.mu
+	seq uint32 // calls issued; guarded by Backend.mu
+	// refreshed is the seq of the last staging call that refreshed the
+	// staging mode's flags (ceRefresh); guarded by Backend.mu.
+	refreshed uint32
+	issued    atomic.Uint32      // seq, for Abort
+	cuts      [maxRanks][]uint64 // cePlan.cuts' buffers; guarded by Backend.mu
 
 	mu     sync.Mutex  // the handles below against Abort and release
 	side   cuda.Stream // the local copy of Broadcast and AllGather

@@ -79,6 +79,15 @@ import (
 // wrapping into each other (cyclic compares span 2^31).
 const ceMaxChunks = 1 << 24
 
+// ceRefreshEvery: the staging mode's reduced and free flags are written
+// only by staging-mode kernels, and slot k only by calls of more than k
+// chunks, so between two such writes any number of other calls may move
+// the counter on. A flag left behind by 2^31 would pass its next wait at
+// once (the compare is cyclic), so a staging call that finds the counter
+// this far past the last refresh first lowers every such flag of this rank
+// to just below its own values (ceRefresh).
+const ceRefreshEvery = 1 << 30
+
 // cePlan is how one copy-engine reduction is cut up; it depends only on
 // values every rank has alike.
 type cePlan struct {
@@ -197,6 +206,11 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 	if err := be.ceSignal(s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
+	if !pl.direct && seq-ce.refreshed >= ceRefreshEvery {
+		if err := be.ceRefresh(s, seq); err != nil {
+			return err
+		}
+	}
 	if err := drv.EventRecord(cx, ce.fork, s); err != nil {
 		return fmt.Errorf("fork: %w", err)
 	}
@@ -249,6 +263,35 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 		return be.ceWait(s, ceDoneOff, seq, allPeers)
 	}
 	return be.ceWait(s, ceDoneOff, seq, allPeers)
+}
+
+// ceRefresh sets this rank's reduced flags and its free flags for every
+// peer to seq-1 on the user's stream s, ahead of the fork: below every
+// value this call waits for, and no longer far enough behind to wrap.
+// Nothing else writes them meanwhile: this rank's earlier kernels are
+// done before s gets here, and a peer's kernel writes our free flags only
+// for chunks we push, all of which follow the fork (a late write of an
+// older call's value is lower still, which no wait mistakes for ahead).
+func (be *Backend) ceRefresh(s cuda.Stream, seq uint32) error {
+	ce := &be.ce
+	for k := range ceSlots {
+		if err := be.drv.StreamWriteValue32(be.ctx, s, cuda.DevicePtr(ce.local+ceReducedOff+4*uintptr(k)), seq-1); err != nil {
+			return fmt.Errorf("refresh reduced flags: %w", err)
+		}
+	}
+	for r := range be.nranks {
+		if r == be.rank {
+			continue
+		}
+		for k := range ceSlots {
+			free := ce.local + ceFreeOff + 4*uintptr(r*ceSlots+k)
+			if err := be.drv.StreamWriteValue32(be.ctx, s, cuda.DevicePtr(free), seq-1); err != nil {
+				return fmt.Errorf("refresh free flags: %w", err)
+			}
+		}
+	}
+	ce.refreshed = seq
+	return nil
 }
 
 // ceChunks enqueues a call's chunks on the reduction's streams.

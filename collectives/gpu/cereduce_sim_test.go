@@ -17,10 +17,10 @@ import (
 // ceReduceModel turns one recorded launch of goccl_cereduce_i32_sum into
 // the steps the kernel takes (kernels/cereduce.cu), for the simulator: per
 // chunk of its piece, wait for the landed flag, reduce the chunk in rank
-// order, then publish reduced here and free in every source's flags. It reads the
-// launch's real parameter block, so the model sees what the GPU would.
-// Blocks are one here; the emulator (kernels/emu) covers the kernel's own
-// arrival counting.
+// order, then (staging mode) publish reduced here and free in every
+// source's flags. It reads the launch's real parameter block, so the model
+// sees what the GPU would. Blocks are one here; the emulator (kernels/emu)
+// covers the kernel's own arrival counting.
 func ceReduceModel(o fakeOp) ([]fakeOp, error) {
 	if o.name != "goccl_cereduce_i32_sum" {
 		return nil, fmt.Errorf("the model runs goccl_cereduce_i32_sum only, not %s", o.name)
@@ -66,10 +66,13 @@ func ceReduceModel(o fakeOp) ([]fakeOp, error) {
 				m.read(src, ins[r])
 			}
 			m.write(recv+uintptr(lo*4), sumInt32(ins))
+			if direct {
+				return nil // the host orders what follows by events
+			}
 			word := binary.LittleEndian.AppendUint32(nil, v)
 			m.write(signals+ceFlagOff+ceReducedOff+4*uintptr(i%ceSlots), word)
 			for r := range nr {
-				if r != me && !direct {
+				if r != me {
 					peer := uintptr(u64(offPeerSignals + 8*r))
 					m.write(peer+ceFlagOff+ceFreeOff+4*uintptr(me*ceSlots+int(i%ceSlots)), word)
 				}
@@ -487,5 +490,69 @@ func TestCEReduceGridCappedByMaxBlocks(t *testing.T) {
 				assert.Equal(t, uint32(8), l.cfg.Grid.X, "rank %d in place %v", r, inPlace)
 			}
 		}
+	}
+}
+
+// A staging call that finds the counter 2^30 or more past the last
+// refresh lowers every reduced and free flag of its rank to seq-1 on the
+// user's stream before the fork, so that no flag left behind by the calls
+// in between can pass a wait early; the calls after it do not repeat it.
+func TestCEStagingRefreshesItsFlags(t *testing.T) {
+	ceReduceTune(t)
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			bes, drvs, _ := newFakeBackends(t, n, Config{Algo: "ce"})
+			be, drv := bes[0], drvs[0]
+			// The flags refreshed, as ceRefresh names them.
+			want := map[uintptr]bool{}
+			for k := range ceSlots {
+				want[be.ce.local+ceReducedOff+4*uintptr(k)] = true
+				for r := 1; r < n; r++ {
+					want[be.ce.local+ceFreeOff+4*uintptr(r*ceSlots+k)] = true
+				}
+			}
+			// A ReduceScatter of unregistered buffers: the staging mode.
+			call := func() (seq uint32, refreshed int) {
+				seq = be.ce.seq + 1
+				drv.ops = nil
+				a := collectives.Args{Coll: collectives.ReduceScatter, Send: rankAddr(sendBase, 0), Recv: rankAddr(recvBase, 0),
+					Count: 4096, Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
+				require.NoError(t, be.Run(context.Background(), &a))
+				forked := false
+				for _, o := range drv.ops {
+					if o.kind == "record" && o.event == be.ce.fork {
+						forked = true
+					}
+					if o.kind == "write" && want[o.dst] {
+						assert.False(t, forked, "refresh after the fork")
+						assert.Equal(t, userStream, o.stream)
+						assert.Equal(t, seq-1, o.val)
+						refreshed++
+					}
+				}
+				return seq, refreshed
+			}
+			for _, tc := range []struct {
+				name      string
+				refreshed uint32 // set before the call
+				seq       uint32 // the call's first flag value
+				writes    int
+			}{
+				{"fresh", 0, 1, 0},
+				{"just short", 5, 5 + ceRefreshEvery - 1, 0},
+				{"due", 5, 5 + ceRefreshEvery, len(want)},
+				{"due across the wrap", 1 << 31, 1<<31 + ceRefreshEvery + 7, len(want)},
+			} {
+				be.ce.refreshed, be.ce.seq = tc.refreshed, tc.seq-1
+				seq, got := call()
+				require.Equal(t, tc.seq, seq, tc.name)
+				assert.Equal(t, tc.writes, got, tc.name)
+				if tc.writes > 0 {
+					assert.Equal(t, seq, be.ce.refreshed, tc.name)
+					_, again := call()
+					assert.Zero(t, again, "%s: the next call", tc.name)
+				}
+			}
+		})
 	}
 }
