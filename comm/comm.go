@@ -183,7 +183,10 @@ func timeoutCause(cause error) error {
 }
 
 // Register makes [ptr, ptr+size) readable by peers for zero-copy
-// collectives; collective. ErrNotSupported when the backend cannot.
+// collectives; collective: every rank registers its copy of the buffer,
+// with the same size. On GPUs ptr may be any cuMemAlloc memory, or memory
+// from Alloc. Close the registration (collectively) before freeing the
+// memory. ErrNotSupported when the backend cannot.
 func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registration, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
