@@ -87,6 +87,13 @@ type copyEngine struct {
 	// whose stale flags must stay the LL kernel's own).
 	staging    [maxRanks]uintptr
 	stageBytes uint64
+	// land is every rank's landing area as mapped here, of landBytes per
+	// source and half (celand.go); lands counts the calls that used it,
+	// the same on every rank (guarded by Backend.mu).
+	land      [maxRanks]uintptr
+	landBytes uint64
+	lands     uint32
+	halves    uint32 // 2 (tests take 1, to show why)
 
 	seq uint32 // calls issued; guarded by Backend.mu
 	// refreshed is the seq of the last staging call that refreshed the
@@ -124,14 +131,16 @@ const (
 // our own) and agrees with the peers: the path is on only where every rank
 // passed, so that every rank makes the same choice per call. Failing the
 // probe is not an error: the kernels serve every call.
-func (be *Backend) setupCE(ctx context.Context, local uintptr, peers []uintptr, stageBytes uint64) error {
+func (be *Backend) setupCE(ctx context.Context, local uintptr, peers []uintptr, stageBytes, landOff, land uint64) error {
 	ce := &be.ce
 	ce.local = local + ceFlagOff
 	for r, p := range peers {
 		ce.peers[r] = p + ceFlagOff
 		ce.staging[r] = p + signalSize
+		ce.land[r] = p + uintptr(landOff)
 	}
 	ce.stageBytes = stageBytes
+	ce.landBytes, ce.halves = land, 2
 	probe := be.probeCE()
 	ok := byte(1)
 	if probe != nil {
@@ -197,6 +206,8 @@ type ceArgs struct {
 	local  bool    // copy send -> own recv slot (out of place)
 	src    uintptr // own input
 	dstOwn uintptr // own recv slot
+	land   uint64  // bytes of each copy through the landing area (celand.go); 0: none
+	half   uint32  // the landing area's half this call uses
 }
 
 // runCE enqueues one copy-engine call (be.mu held): Broadcast, AllGather,
@@ -223,16 +234,28 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 	if reg != nil {
 		c.off = a.Recv - reg.base
 	}
+	if pl == nil && ce.landBytes > 0 && bytes >= 2*ce.landBytes && be.nranks > 1 {
+		c.land, c.half = ce.landBytes, ce.lands%ce.halves
+		ce.lands++
+	}
 	switch {
 	case pl != nil:
 		err = be.ceReduce(a, reg, pl, seq)
 	case a.Coll == collectives.AllGather:
 		c.dstOwn = a.Recv + uintptr(be.rank)*uintptr(bytes)
 		c.local = a.Send != c.dstOwn
-		err = be.ceAllGather(&c, seq)
+		if c.land > 0 {
+			err = be.ceAllGatherLanded(&c, seq)
+		} else {
+			err = be.ceAllGather(&c, seq)
+		}
 	default:
 		c.local = be.rank == a.Root && a.Send != a.Recv
-		err = be.ceBroadcast(&c, a.Root, seq)
+		if c.land > 0 {
+			err = be.ceBroadcastLanded(&c, a.Root, seq)
+		} else {
+			err = be.ceBroadcast(&c, a.Root, seq)
+		}
 	}
 	if err != nil {
 		be.Abort(fmt.Errorf("gpu backend: copy-engine %s (call %d) not enqueued: %w", a.Coll, seq, err))

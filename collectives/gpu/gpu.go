@@ -138,12 +138,14 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 
 	// Workspace: signal slots, then two staging halves of nranks*maxBlocks
-	// slots each and the LL kernel's lines, mapped by every peer.
+	// slots each, the LL kernel's lines and the copy engines' landing
+	// area, mapped by every peer.
 	slot := uint64(tune.slot)
 	llOffset := 2 * uint64(nranks) * maxBlocks * slot
 	staging := llOffset + llBytes(nranks)
-	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging); err != nil {
-		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging, err)
+	landing := landBytes(nranks, tune.ceLand)
+	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging+landing); err != nil {
+		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging+landing, err)
 	}
 	ws := be.workspace
 	if len(ws.Peers) != nranks {
@@ -161,7 +163,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, slot, llOffset)
 
-	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset); err != nil {
+	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
 		return nil, err
 	}
 	// Before the init barrier: the NVLS flags are zeroed on every rank

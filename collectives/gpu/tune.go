@@ -16,6 +16,7 @@ import (
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
 // llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
 // cegrid, cedirect (0 or 1) and cefloor.<coll> (copy-engine reductions),
+// celand (the copy-engine Broadcast/AllGather's landing area, 0 for none),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
 // GPU has it).
@@ -48,6 +49,10 @@ type tuning struct {
 	ceGrid     int
 	ceDirect   bool
 	ceExplicit [collectives.NumCollectives]bool
+	// ceLand is the landing area per source and half of the copy-engine
+	// Broadcast and AllGather (celand.go); fixed at New, as it sizes the
+	// workspace; 0 turns it off.
+	ceLand int64
 	// pdl launches the collective kernels with programmatic stream
 	// serialization where the GPU has it (Backend.pdl).
 	pdl bool
@@ -60,6 +65,10 @@ const (
 	defaultLLBlock    = 2 << 10
 	defaultCEChunk    = 8 << 20
 	defaultCEGrid     = 128
+	// 4 MiB take the copy engines about 11 us on 2x H200, longer than the
+	// ready handshake they hide (about 6 us; celand.go).
+	defaultCELand = 4 << 20
+	maxCELand     = 64 << 20
 	// The direct mode's last chunks: an AllReduce's last reduction hides
 	// behind the spreads of the chunks before it, a ReduceScatter's does
 	// not (scripts/gpu/probe, docs/perf.md). A floor never exceeds half a
@@ -89,6 +98,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,
 		ceDirect:   true,
+		ceLand:     defaultCELand,
 		pdl:        true,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
@@ -147,6 +157,8 @@ func (t *tuning) set(key, val string) error {
 		t.llBlock = v
 	case "cechunk":
 		t.ceChunk = v
+	case "celand":
+		t.ceLand = v
 	case "twoshot":
 		t.th.TwoShot = v
 	case "twoshot2":
@@ -177,6 +189,8 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: block sizes must be positive: %w", EnvTune, collectives.ErrInvalidArgument)
 	case t.ceChunk < 16 || t.ceChunk%16 != 0:
 		return fmt.Errorf("%s: cechunk %d: want a positive multiple of 16: %w", EnvTune, t.ceChunk, collectives.ErrInvalidArgument)
+	case t.ceLand < 0 || t.ceLand%16 != 0 || t.ceLand > maxCELand:
+		return fmt.Errorf("%s: celand %d: want a multiple of 16 up to 64M (0: off): %w", EnvTune, t.ceLand, collectives.ErrInvalidArgument)
 	case t.ceFloor[collectives.AllReduce] < 16 || t.ceFloor[collectives.ReduceScatter] < 16:
 		return fmt.Errorf("%s: cefloor: want at least 16 bytes: %w", EnvTune, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
