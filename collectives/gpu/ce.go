@@ -88,8 +88,8 @@ type copyEngine struct {
 	staging    [maxRanks]uintptr
 	stageBytes uint64
 	// land is every rank's landing area as mapped here, of landBytes per
-	// source and half (celand.go); lands counts the calls that used it,
-	// the same on every rank (guarded by Backend.mu).
+	// source and half (celand.go); lands counts the Broadcasts that used
+	// it, the same on every rank (guarded by Backend.mu).
 	land      [maxRanks]uintptr
 	landBytes uint64
 	lands     uint32
@@ -206,7 +206,7 @@ type ceArgs struct {
 	local  bool    // copy send -> own recv slot (out of place)
 	src    uintptr // own input
 	dstOwn uintptr // own recv slot
-	land   uint64  // bytes of each copy through the landing area (celand.go); 0: none
+	land   uint64  // Broadcast: bytes of each copy through the landing area (celand.go); 0: none
 	half   uint32  // the landing area's half this call uses
 }
 
@@ -234,7 +234,7 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 	if reg != nil {
 		c.off = a.Recv - reg.base
 	}
-	if pl == nil && ce.landBytes > 0 && bytes >= 2*ce.landBytes && be.nranks > 1 {
+	if a.Coll == collectives.Broadcast && ce.landBytes > 0 && bytes >= 2*ce.landBytes && be.nranks > 1 {
 		c.land, c.half = ce.landBytes, ce.lands%ce.halves
 		ce.lands++
 	}
@@ -244,11 +244,7 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 	case a.Coll == collectives.AllGather:
 		c.dstOwn = a.Recv + uintptr(be.rank)*uintptr(bytes)
 		c.local = a.Send != c.dstOwn
-		if c.land > 0 {
-			err = be.ceAllGatherLanded(&c, seq)
-		} else {
-			err = be.ceAllGather(&c, seq)
-		}
+		err = be.ceAllGather(&c, seq)
 	default:
 		c.local = be.rank == a.Root && a.Send != a.Recv
 		if c.land > 0 {

@@ -6,42 +6,45 @@ import (
 	"github.com/goccl/goccl/internal/cuda"
 )
 
-// The landing area: a copy-engine Broadcast or AllGather may not write a
-// peer's receive buffer before the peer's stream has reached the call
-// (ready), and on 2x H200 that handshake costs about 6 us with the link
-// idle, on every call (probe hop, docs/perf.md). So the first landBytes of
-// each copy go instead into a landing area of the peer's workspace that
-// belongs to this rank, at once, and only the rest waits for ready, by
-// then long arrived (4 MiB take the copy engines about 11 us). The peer's
-// side stream moves the landed bytes into its receive buffer once this
-// rank's data flag says they are there, while the rest streams in.
+// The landing area: a copy-engine Broadcast may not write a peer's
+// receive buffer before the peer's stream has reached the call (ready), and
+// on 2x H200 that handshake costs about 6 us with the link idle, on every
+// call (probe hop, docs/perf.md). So the first landBytes of the root's copy
+// to each peer go instead into a landing slot of the peer's workspace that
+// belongs to the root, at once, and only the rest waits for ready, by then
+// long arrived (4 MiB take the copy engines about 11 us). The peer's side
+// stream moves the landed bytes into its receive buffer once the root's
+// data flag says they are there, while the rest streams in. On 2x H200
+// that took Broadcast at 128 MiB from 374-375 to 381-382 GB/s and at 256
+// MiB from 386 to 388-389. AllGather, whose copies run both ways at once,
+// measured slower with it (128 MiB in place: 335-337 against 352-358), so
+// it keeps the plain handshake.
 //
 // Every rank's workspace holds, after the LL lines, two halves of one
-// landBytes slot per source. A call that copies at least 2*landBytes per
-// peer uses half lands%2, lands counting such calls (the same on every
-// rank, as every rank sees the same sizes). Why nothing overwrites landed
-// bytes before they are moved: a source writes half h of its slot in
-// owner o at call j without waiting, and wrote it last at call j-2 (j-1
-// used the other half). The owner moved call j-2's bytes out on its side
-// stream, joined into its user stream before call j-2 ended, so before it
-// wrote ready for call j-1; and the source waited for that ready in call
-// j-1 (the rest of every copy waits for ready, and a Broadcast's root waits
-// for every other rank's) before it could reach call j. A Broadcast whose
-// source is not the root waits for nothing from the other non-roots, but
-// the root did, so the order holds through it.
+// landBytes slot per source. A Broadcast that copies at least 2*landBytes
+// uses half lands%2, lands counting such calls (the same on every rank, as
+// every rank sees the same sizes). Why nothing overwrites landed bytes
+// before they are moved: a root writes half h of its slot in owner o at
+// call j without waiting, and wrote it last at call j-2 (j-1 used the
+// other half). The owner moved call j-2's bytes out on its side stream,
+// joined into its user stream before call j-2 ended, so before it wrote
+// ready for call j-1; and every copy-engine call waits for the ready of
+// every rank it writes to (the rest of a copy waits for it) or for the done
+// of a root that did, so the root of call j had seen the owner's ready for
+// j-1, directly or through the root of j-1, before it could reach call j.
+// Without the second half a root could land its next Broadcast before the
+// owner moved the last one (the stream simulation shows it).
 //
-// On the streams, for a peer p (seq the call's flag value, h its half):
+// On the streams, for each non-root p (seq the call's flag value, h its
+// half):
 //
-//	push (forked):  copy my first landBytes -> my slot, half h, in p's area;
-//	                write data[me] = seq into p's flags
-//	user:           write ready; wait ready; copy the rest into p's receive
-//	                buffer; join push; write done; wait done; join side
-//	side (forked):  [the local copy]; for each p: wait data[p] >= seq, copy
-//	                p's slot, half h, here -> my receive buffer
-//
-// A Broadcast's root does the push and the user stream's copies (its ready
-// waits on every non-root), a non-root writes ready and runs the side
-// stream's part for the root.
+//	root, push (forked): copy the first landBytes -> my slot, half h, in
+//	                     p's area; write data[root] = seq into p's flags
+//	root, user:          wait ready; copy the rest into p's receive buffer;
+//	                     join push; write done; join side (the local copy)
+//	p, user:             write ready; wait done; join side
+//	p, side (forked):    wait data[root] >= seq; copy the root's slot, half
+//	                     h, here -> my receive buffer
 
 // landBytes is the size of one rank's landing area: two halves of a slot
 // per peer.
@@ -57,51 +60,6 @@ func (be *Backend) landAt(owner, src int, h uint32) uintptr {
 	return be.ce.land[owner] + uintptr((uint64(h)*uint64(n-1)+uint64(k))*be.ce.landBytes)
 }
 
-// ceAllGatherLanded is ceAllGather through the landing area (c.land > 0).
-func (be *Backend) ceAllGatherLanded(c *ceArgs, seq uint32) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	push := ce.red[redPush]
-	slot := uintptr(be.rank) * uintptr(c.bytes)
-	if err := be.landFork(c, true); err != nil {
-		return err
-	}
-	for i := 1; i < be.nranks; i++ {
-		p := (be.rank + i) % be.nranks
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(be.landAt(p, be.rank, c.half)), cuda.DevicePtr(c.src), c.land, push); err != nil {
-			return fmt.Errorf("copy to rank %d's landing: %w", p, err)
-		}
-	}
-	if err := be.ceSignal(push, ceDataOff, seq, allPeers); err != nil {
-		return err
-	}
-	if err := be.landCollect(c, seq, allPeers, func(p int) uintptr { return c.dstOwn - slot + uintptr(p)*uintptr(c.bytes) }); err != nil {
-		return err
-	}
-	if err := be.ceSignal(c.s, ceReadyOff, seq, allPeers); err != nil {
-		return err
-	}
-	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
-		return err
-	}
-	for i := 1; i < be.nranks; i++ {
-		p := (be.rank + i) % be.nranks
-		dst := c.reg.region.Peers[p] + c.off + slot + uintptr(c.land)
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(c.src+uintptr(c.land)), c.bytes-c.land, c.s); err != nil {
-			return fmt.Errorf("copy to rank %d: %w", p, err)
-		}
-	}
-	if err := be.landJoinPush(c); err != nil {
-		return err
-	}
-	if err := be.ceSignal(c.s, ceDoneOff, seq, allPeers); err != nil {
-		return err
-	}
-	if err := be.ceWait(c.s, ceDoneOff, seq, allPeers); err != nil {
-		return err
-	}
-	return be.landJoinSide(c)
-}
-
 // ceBroadcastLanded is ceBroadcast through the landing area (c.land > 0).
 func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 	ce, drv, cx := &be.ce, be.drv, be.ctx
@@ -112,7 +70,7 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		if err := be.landFork(c, false); err != nil {
 			return err
 		}
-		if err := be.landCollect(c, seq, root, func(int) uintptr { return c.dstOwn }); err != nil {
+		if err := be.landCollect(c, seq, root); err != nil {
 			return err
 		}
 		if err := be.ceWait(c.s, ceDoneOff, seq, root); err != nil {
@@ -162,11 +120,11 @@ func (be *Backend) landFork(c *ceArgs, push bool) error {
 	if err := drv.EventRecord(cx, ce.fork, c.s); err != nil {
 		return fmt.Errorf("fork: %w", err)
 	}
-	streams := []cuda.Stream{ce.side, ce.red[redPush]}
-	if !push {
-		streams = streams[:1]
+	streams, k := [2]cuda.Stream{ce.side, ce.red[redPush]}, 1
+	if push {
+		k = 2
 	}
-	for _, st := range streams {
+	for _, st := range streams[:k] {
 		if err := drv.StreamWaitEvent(cx, st, ce.fork); err != nil {
 			return fmt.Errorf("fork: %w", err)
 		}
@@ -174,9 +132,8 @@ func (be *Backend) landFork(c *ceArgs, push bool) error {
 	return nil
 }
 
-// landLocal puts the local copy of an out-of-place call on the side
-// stream (after the fork), and a root with nothing to collect ends the
-// side stream there.
+// landLocal puts the root's local copy (out of place) on the side stream,
+// after the fork.
 func (be *Backend) landLocal(c *ceArgs) error {
 	if !c.local || c.bytes == 0 {
 		return nil
@@ -187,25 +144,16 @@ func (be *Backend) landLocal(c *ceArgs) error {
 	return nil
 }
 
-// landCollect enqueues on the side stream the local copy (out of place)
-// and, for each peer p that sends (only, or every peer), the wait for
-// p's data flag and the move of p's landed bytes to dst(p).
-func (be *Backend) landCollect(c *ceArgs, seq uint32, only int, dst func(p int) uintptr) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	if err := be.landLocal(c); err != nil {
+// landCollect enqueues on a non-root's side stream the wait for the
+// root's data flag and the move of its landed bytes into the receive
+// buffer.
+func (be *Backend) landCollect(c *ceArgs, seq uint32, root int) error {
+	ce := &be.ce
+	if err := be.ceWait(ce.side, ceDataOff, seq, root); err != nil {
 		return err
 	}
-	for i := 1; i < be.nranks; i++ {
-		p := (be.rank + i) % be.nranks
-		if only != allPeers && p != only {
-			continue
-		}
-		if err := be.ceWait(ce.side, ceDataOff, seq, p); err != nil {
-			return err
-		}
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst(p)), cuda.DevicePtr(be.landAt(be.rank, p, c.half)), c.land, ce.side); err != nil {
-			return fmt.Errorf("move rank %d's landed bytes: %w", p, err)
-		}
+	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(be.landAt(be.rank, root, c.half)), c.land, ce.side); err != nil {
+		return fmt.Errorf("move rank %d's landed bytes: %w", root, err)
 	}
 	return nil
 }

@@ -12,10 +12,21 @@ import (
 )
 
 // landTune puts Broadcast and AllGather on the copy engines at every size
-// and their landing area at 64 bytes, so that the simulation's calls of
-// 32 int32 or more per rank go through it and the smaller ones do not.
+// and the landing slots at 64 bytes, so that the simulation's Broadcasts
+// of 32 int32 or more go through them and the smaller ones do not.
 func landTune(t *testing.T) {
 	t.Setenv(EnvTune, "celand=64,ce.broadcast=0,ce.all_gather=0")
+}
+
+// sameRootCalls are Broadcasts from one root back to back, landed, with
+// nothing between them that waits for the other ranks: each root's next
+// call may land while the owners still move the last one.
+func sameRootCalls(n int) []simCall {
+	var calls []simCall
+	for i := range 12 {
+		calls = append(calls, simCall{coll: collectives.Broadcast, count: 40 + i, root: (i / 4) % n, inPlace: i%3 == 0})
+	}
+	return calls
 }
 
 func TestCELandingSimulated(t *testing.T) {
@@ -28,9 +39,12 @@ func TestCELandingSimulated(t *testing.T) {
 			for seed := range uint64(seeds) {
 				bad := runSim(t, bes, drvs, recv, simCalls(n), seed, nil)
 				require.Empty(t, bad, "seed %d", seed)
+				bad = runSim(t, bes, drvs, recv, sameRootCalls(n), seed, nil)
+				require.Empty(t, bad, "seed %d, one root", seed)
 			}
-			// Per run, the 8 calls of 1023 to 4098 int32 (of 20) landed.
-			assert.Equal(t, uint32(8*seeds), bes[0].ce.lands)
+			// Per seed, simCalls' 4 Broadcasts of 1023 to 4098 int32 (of 10)
+			// and all 12 of sameRootCalls landed.
+			assert.Equal(t, uint32((4+12)*seeds), bes[0].ce.lands)
 		})
 	}
 }
@@ -59,62 +73,65 @@ func TestCELandingSimulationCatchesMissingOrdering(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bes, drvs, _ := newFakeBackends(t, 2, Config{Algo: "ce"})
 			recv, _ := allocAll(t, bes, uint64(2*(4096+3)*4+simGuard))
-			seeds := uint64(20)
+			calls, seeds := simCalls(2), uint64(20)
 			if tc.drop == nil {
-				// Consecutive calls in one half: a peer's next call lands
-				// while this rank's side stream still moves the last. That
-				// takes the side stream lagging for a dozen steps, which
-				// few interleavings do.
+				// One half: a root's next Broadcast lands while the owner's
+				// side stream still moves the last, which takes that stream
+				// lagging for several steps: fewer interleavings show it.
 				for _, be := range bes {
 					be.ce.halves = 1
 				}
-				seeds = 400
+				calls, seeds = sameRootCalls(2), 200
 			}
 			mustExpose(t, tc.name, seeds, func(seed uint64) []string {
-				return runSim(t, bes, drvs, recv, simCalls(2), seed, tc.drop)
+				return runSim(t, bes, drvs, recv, calls, seed, tc.drop)
 			})
 		})
 	}
 }
 
-// The landed protocol op by op: the first bytes of every copy go into
-// the peer's landing slot on the push stream, the rest into its buffer
-// after ready on the user's stream, the side stream moves what landed
-// here; consecutive calls alternate the halves.
+// The landed Broadcast op by op: the first bytes of the root's copy to
+// every peer go into the peer's landing slot on the push stream, the rest
+// into its buffer after ready on the user's stream, and a non-root's side
+// stream moves what landed; consecutive calls alternate the halves, and an
+// AllGather keeps the plain handshake.
 func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 	t.Setenv(EnvTune, "celand=64K,ce.broadcast=1M,ce.all_gather=1M")
 	const n, count = 3, 1 << 18 // float32: 1 MiB per rank
 	const bytes, land = uint64(count * 4), uint64(64 << 10)
-	for _, coll := range []collectives.Collective{collectives.AllGather, collectives.Broadcast} {
+	for _, root := range []int{0, 2} {
 		for _, inPlace := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s inplace=%v", coll, inPlace), func(t *testing.T) {
+			t.Run(fmt.Sprintf("root %d inplace=%v", root, inPlace), func(t *testing.T) {
 				bes, drvs, _ := newFakeBackends(t, n, Config{})
 				recv, _ := allocAll(t, bes, bytes*n+64)
-				const root = 1
 				for call := uint32(1); call <= 3; call++ {
-					h := (call - 1) % 2
-					rec := uint64(call) // each event's records so far
+					h, rec := (call-1)%2, uint64(call) // rec: each event's records so far
 					for me, be := range bes {
-						slot := uintptr(0)
-						if coll == collectives.AllGather {
-							slot = uintptr(me) * uintptr(bytes)
-						}
 						send := rankAddr(sendBase, me)
 						if inPlace {
-							send = recv[me] + slot
+							send = recv[me]
 						}
 						drvs[me].ops = nil
-						require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: coll, Send: send, Recv: recv[me],
+						require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: collectives.Broadcast, Send: send, Recv: recv[me],
 							Count: count, Type: collectives.Float32, Root: root, Stream: uintptr(userStream)}))
-						local := !inPlace && (coll == collectives.AllGather || me == root)
-						pushes := coll == collectives.AllGather || me == root
-						var want []fakeOp
-						want = append(want, fakeOp{kind: "record", stream: userStream, event: be.ce.fork, rec: rec})
-						if coll == collectives.Broadcast && me != root {
-							want = append([]fakeOp{{kind: "write", stream: userStream, dst: readyFlag(root, me), val: call}}, want...)
+						fork := []fakeOp{
+							{kind: "record", stream: userStream, event: be.ce.fork, rec: rec},
+							{kind: "waitEvent", stream: be.ce.side, event: be.ce.fork, rec: rec},
 						}
-						want = append(want, fakeOp{kind: "waitEvent", stream: be.ce.side, event: be.ce.fork, rec: rec})
-						if pushes {
+						joinSide := []fakeOp{
+							{kind: "record", stream: be.ce.side, event: be.ce.join, rec: rec},
+							{kind: "waitEvent", stream: userStream, event: be.ce.join, rec: rec},
+						}
+						var want []fakeOp
+						if me != root {
+							want = append(want, fakeOp{kind: "write", stream: userStream, dst: readyFlag(root, me), val: call})
+							want = append(want, fork...)
+							want = append(want,
+								fakeOp{kind: "wait", stream: be.ce.side, dst: dataFlag(me, root), val: call, geq: true},
+								fakeOp{kind: "copy", stream: be.ce.side, dst: recv[me], src: be.landAt(me, root, h), n: land},
+								fakeOp{kind: "wait", stream: userStream, dst: doneFlag(me, root), val: call, geq: true})
+						} else {
+							want = append(want, fork...)
 							want = append(want, fakeOp{kind: "waitEvent", stream: be.ce.red[redPush], event: be.ce.fork, rec: rec})
 							for _, p := range rotated(me, n) {
 								want = append(want, fakeOp{kind: "copy", stream: be.ce.red[redPush], dst: be.landAt(p, me, h), src: send, n: land})
@@ -122,38 +139,15 @@ func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 							for _, p := range rotated(me, n) {
 								want = append(want, fakeOp{kind: "write", stream: be.ce.red[redPush], dst: dataFlag(p, me), val: call})
 							}
-						}
-						if local {
-							want = append(want, fakeOp{kind: "copy", stream: be.ce.side, dst: recv[me] + slot, src: send, n: bytes})
-						}
-						senders := rotated(me, n)
-						if coll == collectives.Broadcast {
-							senders = nil
-							if me != root {
-								senders = []int{root}
+							if !inPlace {
+								want = append(want, fakeOp{kind: "copy", stream: be.ce.side, dst: recv[me], src: send, n: bytes})
 							}
-						}
-						for _, p := range senders {
-							dst := recv[me]
-							if coll == collectives.AllGather {
-								dst += uintptr(p) * uintptr(bytes)
-							}
-							want = append(want,
-								fakeOp{kind: "wait", stream: be.ce.side, dst: dataFlag(me, p), val: call, geq: true},
-								fakeOp{kind: "copy", stream: be.ce.side, dst: dst, src: be.landAt(me, p, h), n: land})
-						}
-						if coll == collectives.AllGather {
-							for _, p := range rotated(me, n) {
-								want = append(want, fakeOp{kind: "write", stream: userStream, dst: readyFlag(p, me), val: call})
-							}
-						}
-						if pushes {
 							for _, p := range rotated(me, n) {
 								want = append(want, fakeOp{kind: "wait", stream: userStream, dst: readyFlag(me, p), val: call, geq: true})
 							}
 							for _, p := range rotated(me, n) {
 								want = append(want, fakeOp{kind: "copy", stream: userStream,
-									dst: rankAddr(regBase0, p) + slot + uintptr(land), src: send + uintptr(land), n: bytes - land})
+									dst: rankAddr(regBase0, p) + uintptr(land), src: send + uintptr(land), n: bytes - land})
 							}
 							want = append(want,
 								fakeOp{kind: "record", stream: be.ce.red[redPush], event: be.ce.redJoin[redPush], rec: rec},
@@ -162,21 +156,20 @@ func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 								want = append(want, fakeOp{kind: "write", stream: userStream, dst: doneFlag(p, me), val: call})
 							}
 						}
-						switch {
-						case coll == collectives.AllGather:
-							for _, p := range rotated(me, n) {
-								want = append(want, fakeOp{kind: "wait", stream: userStream, dst: doneFlag(me, p), val: call, geq: true})
-							}
-						case me != root:
-							want = append(want, fakeOp{kind: "wait", stream: userStream, dst: doneFlag(me, root), val: call, geq: true})
-						}
-						want = append(want,
-							fakeOp{kind: "record", stream: be.ce.side, event: be.ce.join, rec: rec},
-							fakeOp{kind: "waitEvent", stream: userStream, event: be.ce.join, rec: rec})
+						want = append(want, joinSide...)
 						assert.Equal(t, want, drvs[me].opsOf(), "rank %d call %d", me, call)
 						assert.Empty(t, drvs[me].launches, "no kernel")
 					}
 				}
+				// An AllGather of the same size copies straight into the
+				// peers' buffers after ready.
+				for me, be := range bes {
+					drvs[me].ops = nil
+					require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: collectives.AllGather, Send: recv[me] + uintptr(me)*uintptr(bytes)/n,
+						Recv: recv[me], Count: count / n, Type: collectives.Float32, Stream: uintptr(userStream)}))
+					assert.Empty(t, drvs[me].opsOf("waitEvent"), "rank %d: no fork", me)
+				}
+				assert.Equal(t, uint32(3), bes[0].ce.lands)
 			})
 		}
 	}
