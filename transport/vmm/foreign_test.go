@@ -20,6 +20,17 @@ import (
 // tests, as a framework's tensor would be.
 const userBuf = 1 << 20
 
+// allocBoth gives rank r memory of both kinds: an Alloc of m's (1 MiB) and
+// a user's cuMemAlloc buffer of userBuf bytes.
+func allocBoth(ctx context.Context, fake *cudatest.Fake, r int, m *Mapper) (*transport.Region, cuda.DevicePtr, error) {
+	a, err := m.Alloc(ctx, 1<<20)
+	if err != nil {
+		return nil, 0, err
+	}
+	buf, err := fake.MemAlloc(cudatest.Ctx(r), userBuf)
+	return a, buf, err
+}
+
 // freeUserBufs frees the ranks' own buffers, as their owner would once
 // the mappers are done with them.
 func freeUserBufs(t *testing.T, fake *cudatest.Fake, bufs []cuda.DevicePtr) {
@@ -134,11 +145,7 @@ func TestRegisterMixedRoutesFails(t *testing.T) {
 			n := tc.n
 			bufs := make([]cuda.DevicePtr, n)
 			errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
-				a, err := m.Alloc(ctx, 1<<20)
-				if err != nil {
-					return err
-				}
-				buf, err := fake.MemAlloc(cudatest.Ctx(r), userBuf)
+				a, buf, err := allocBoth(ctx, fake, r, m)
 				if err != nil {
 					return err
 				}
@@ -224,11 +231,7 @@ func TestRegisterForeignFailures(t *testing.T) {
 			}
 			bufs := make([]cuda.DevicePtr, n)
 			errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
-				a, err := m.Alloc(ctx, 1<<20)
-				if err != nil {
-					return err
-				}
-				buf, err := fake.MemAlloc(cudatest.Ctx(r), userBuf)
+				a, buf, err := allocBoth(ctx, fake, r, m)
 				if err != nil {
 					return err
 				}
