@@ -36,7 +36,9 @@ import (
 // (cuStreamWriteValue32 fences the stream's earlier writes first). The
 // local slot (out of place) is copied on a side stream, forked and joined
 // through events, so that it overlaps the peer copies. Broadcast needs only
-// non-roots' ready to the root and the root's done to the non-roots.
+// non-roots' ready to the root and the root's done to the non-roots, and
+// from 2*celand bytes it sends the first celand bytes without waiting for
+// ready, into a landing slot of the peer's workspace (celand.go).
 // The waits are cyclic (CU_STREAM_WAIT_VALUE_GEQ compares (int32)(a-b)), so
 // seq may wrap.
 //

@@ -43,6 +43,10 @@ func TestTuningParse(t *testing.T) {
 			t.ceDirect = false
 			t.ceFloor[collectives.AllReduce], t.ceFloor[collectives.ReduceScatter] = 8<<20, 1<<20
 		}, ""},
+		{"celand=0", func(t *tuning) { t.ceLand = 0 }, ""},
+		{"celand=1M", func(t *tuning) { t.ceLand = 1 << 20 }, ""},
+		{"celand=100", nil, "celand 100"},
+		{"celand=128M", nil, "up to 64M"},
 		{"cedirect=yes", nil, "want 0 or 1"},
 		{"cefloor.all_reduce=8", nil, "at least 16 bytes"},
 		{"cefloor.broadcast=8M", nil, "unknown key"},
