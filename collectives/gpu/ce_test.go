@@ -506,7 +506,8 @@ func TestRegistrationLookup(t *testing.T) {
 }
 
 func TestCERunAllocatesNothing(t *testing.T) {
-	ceAt1MiB(t)
+	// As ceAt1MiB, and 1 MiB landing slots, so that the Broadcast lands.
+	t.Setenv(EnvTune, "ce.broadcast=1M,ce.all_gather=1M,ce.all_reduce=1M,ce.reduce_scatter=1M,celand=1M")
 	bes, drvs, _ := newFakeBackends(t, 3, Config{})
 	recv, _ := allocAll(t, bes, 3*(4<<20))
 	for i := 0; i < 16; i++ { // registrations around the one used
@@ -521,7 +522,7 @@ func TestCERunAllocatesNothing(t *testing.T) {
 	for _, coll := range []collectives.Collective{collectives.AllGather, collectives.Broadcast, collectives.AllReduce, collectives.ReduceScatter} {
 		a := collectives.Args{Coll: coll, Send: rankAddr(sendBase, 1), Recv: recv[1], Count: 1 << 20, Type: collectives.Float32,
 			Op: collectives.Sum, Stream: uintptr(userStream)}
-		before := bes[1].ce.seq
+		before, lands := bes[1].ce.seq, bes[1].ce.lands
 		allocs := testing.AllocsPerRun(50, func() {
 			if err := bes[1].Run(context.Background(), &a); err != nil {
 				t.Fatal(err)
@@ -531,5 +532,8 @@ func TestCERunAllocatesNothing(t *testing.T) {
 		// One flag value per call; the reductions take one per chunk (one
 		// here: the default chunk holds a 4 MiB message's piece).
 		assert.Equal(t, uint32(51), bes[1].ce.seq-before, "%s took the copy-engine path", coll)
+		if coll == collectives.Broadcast {
+			assert.Equal(t, uint32(51), bes[1].ce.lands-lands, "the Broadcast landed")
+		}
 	}
 }
