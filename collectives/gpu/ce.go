@@ -272,13 +272,8 @@ func (be *Backend) ceAllGather(c *ceArgs, seq uint32) error {
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	slot := uintptr(be.rank) * uintptr(c.bytes)
-	for i := 1; i < be.nranks; i++ {
-		p := (be.rank + i) % be.nranks
-		dst := c.reg.region.Peers[p] + c.off + slot
-		if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(dst), cuda.DevicePtr(c.src), c.bytes, c.s); err != nil {
-			return fmt.Errorf("copy to rank %d: %w", p, err)
-		}
+	if err := be.copyToPeers(c, uintptr(be.rank)*uintptr(c.bytes), 0); err != nil {
+		return err
 	}
 	if err := be.ceSignal(c.s, ceDoneOff, seq, allPeers); err != nil {
 		return err
@@ -302,17 +297,27 @@ func (be *Backend) ceBroadcast(c *ceArgs, root int, seq uint32) error {
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	for i := 1; i < be.nranks; i++ {
-		p := (be.rank + i) % be.nranks
-		dst := c.reg.region.Peers[p] + c.off
-		if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(dst), cuda.DevicePtr(c.src), c.bytes, c.s); err != nil {
-			return fmt.Errorf("copy to rank %d: %w", p, err)
-		}
+	if err := be.copyToPeers(c, 0, 0); err != nil {
+		return err
 	}
 	if err := be.ceSignal(c.s, ceDoneOff, seq, allPeers); err != nil {
 		return err
 	}
 	return be.ceJoin(c)
+}
+
+// copyToPeers copies, on the user's stream, this rank's input from byte
+// skip on into every peer's registered receive buffer at offset at+skip
+// (rotated order).
+func (be *Backend) copyToPeers(c *ceArgs, at uintptr, skip uint64) error {
+	for i := 1; i < be.nranks; i++ {
+		p := (be.rank + i) % be.nranks
+		dst := c.reg.region.Peers[p] + c.off + at + uintptr(skip)
+		if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(dst), cuda.DevicePtr(c.src+uintptr(skip)), c.bytes-skip, c.s); err != nil {
+			return fmt.Errorf("copy to rank %d: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // ceSignal writes seq into flag slot [me] of peer only, or of every peer
@@ -353,17 +358,56 @@ func (be *Backend) ceFork(c *ceArgs) error {
 	if !c.local || c.bytes == 0 {
 		return nil
 	}
-	ce, drv := &be.ce, be.drv
-	if err := drv.EventRecord(be.ctx, ce.fork, c.s); err != nil {
+	if err := be.forkSide(c, false); err != nil {
+		return err
+	}
+	if err := be.localCopy(c); err != nil {
+		return err
+	}
+	if err := be.drv.EventRecord(be.ctx, be.ce.join, be.ce.side); err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	return nil
+}
+
+// forkSide records the fork on the user's stream and makes the side
+// stream (and, with push, the push stream) wait for it.
+func (be *Backend) forkSide(c *ceArgs, push bool) error {
+	ce, drv, cx := &be.ce, be.drv, be.ctx
+	if err := drv.EventRecord(cx, ce.fork, c.s); err != nil {
 		return fmt.Errorf("fork: %w", err)
 	}
-	if err := drv.StreamWaitEvent(be.ctx, ce.side, ce.fork); err != nil {
-		return fmt.Errorf("fork: %w", err)
+	streams, k := [2]cuda.Stream{ce.side, ce.red[redPush]}, 1
+	if push {
+		k = 2
 	}
-	if err := drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(c.src), c.bytes, ce.side); err != nil {
+	for _, st := range streams[:k] {
+		if err := drv.StreamWaitEvent(cx, st, ce.fork); err != nil {
+			return fmt.Errorf("fork: %w", err)
+		}
+	}
+	return nil
+}
+
+// localCopy puts an out-of-place call's copy of this rank's input into its
+// own receive buffer on the side stream, after the fork.
+func (be *Backend) localCopy(c *ceArgs) error {
+	if !c.local || c.bytes == 0 {
+		return nil
+	}
+	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(c.src), c.bytes, be.ce.side); err != nil {
 		return fmt.Errorf("local copy: %w", err)
 	}
-	if err := drv.EventRecord(be.ctx, ce.join, ce.side); err != nil {
+	return nil
+}
+
+// joinInto makes stream into wait for everything enqueued on from so far,
+// through event e.
+func (be *Backend) joinInto(into, from cuda.Stream, e cuda.Event) error {
+	if err := be.drv.EventRecord(be.ctx, e, from); err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	if err := be.drv.StreamWaitEvent(be.ctx, into, e); err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
 	return nil

@@ -67,7 +67,7 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		if err := be.ceSignal(c.s, ceReadyOff, seq, root); err != nil {
 			return err
 		}
-		if err := be.landFork(c, false); err != nil {
+		if err := be.forkSide(c, false); err != nil {
 			return err
 		}
 		if err := be.landCollect(c, seq, root); err != nil {
@@ -76,10 +76,10 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		if err := be.ceWait(c.s, ceDoneOff, seq, root); err != nil {
 			return err
 		}
-		return be.landJoinSide(c)
+		return be.joinInto(c.s, ce.side, ce.join)
 	}
 	push := ce.red[redPush]
-	if err := be.landFork(c, true); err != nil {
+	if err := be.forkSide(c, true); err != nil {
 		return err
 	}
 	for i := 1; i < be.nranks; i++ {
@@ -91,57 +91,22 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 	if err := be.ceSignal(push, ceDataOff, seq, allPeers); err != nil {
 		return err
 	}
-	if err := be.landLocal(c); err != nil {
+	if err := be.localCopy(c); err != nil {
 		return err
 	}
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	for i := 1; i < be.nranks; i++ {
-		p := (be.rank + i) % be.nranks
-		dst := c.reg.region.Peers[p] + c.off + uintptr(c.land)
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(c.src+uintptr(c.land)), c.bytes-c.land, c.s); err != nil {
-			return fmt.Errorf("copy to rank %d: %w", p, err)
-		}
+	if err := be.copyToPeers(c, 0, c.land); err != nil {
+		return err
 	}
-	if err := be.landJoinPush(c); err != nil {
+	if err := be.joinInto(c.s, push, ce.redJoin[redPush]); err != nil {
 		return err
 	}
 	if err := be.ceSignal(c.s, ceDoneOff, seq, allPeers); err != nil {
 		return err
 	}
-	return be.landJoinSide(c)
-}
-
-// landFork records the fork on the user's stream and makes the side
-// stream (and, with push, the push stream) wait for it.
-func (be *Backend) landFork(c *ceArgs, push bool) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	if err := drv.EventRecord(cx, ce.fork, c.s); err != nil {
-		return fmt.Errorf("fork: %w", err)
-	}
-	streams, k := [2]cuda.Stream{ce.side, ce.red[redPush]}, 1
-	if push {
-		k = 2
-	}
-	for _, st := range streams[:k] {
-		if err := drv.StreamWaitEvent(cx, st, ce.fork); err != nil {
-			return fmt.Errorf("fork: %w", err)
-		}
-	}
-	return nil
-}
-
-// landLocal puts the root's local copy (out of place) on the side stream,
-// after the fork.
-func (be *Backend) landLocal(c *ceArgs) error {
-	if !c.local || c.bytes == 0 {
-		return nil
-	}
-	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(c.src), c.bytes, be.ce.side); err != nil {
-		return fmt.Errorf("local copy: %w", err)
-	}
-	return nil
+	return be.joinInto(c.s, ce.side, ce.join)
 }
 
 // landCollect enqueues on a non-root's side stream the wait for the
@@ -154,30 +119,6 @@ func (be *Backend) landCollect(c *ceArgs, seq uint32, root int) error {
 	}
 	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(be.landAt(be.rank, root, c.half)), c.land, ce.side); err != nil {
 		return fmt.Errorf("move rank %d's landed bytes: %w", root, err)
-	}
-	return nil
-}
-
-// landJoinPush makes the user's stream wait for the push stream's copies.
-func (be *Backend) landJoinPush(c *ceArgs) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	if err := drv.EventRecord(cx, ce.redJoin[redPush], ce.red[redPush]); err != nil {
-		return fmt.Errorf("join: %w", err)
-	}
-	if err := drv.StreamWaitEvent(cx, c.s, ce.redJoin[redPush]); err != nil {
-		return fmt.Errorf("join: %w", err)
-	}
-	return nil
-}
-
-// landJoinSide makes the user's stream wait for the side stream.
-func (be *Backend) landJoinSide(c *ceArgs) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	if err := drv.EventRecord(cx, ce.join, ce.side); err != nil {
-		return fmt.Errorf("join: %w", err)
-	}
-	if err := drv.StreamWaitEvent(cx, c.s, ce.join); err != nil {
-		return fmt.Errorf("join: %w", err)
 	}
 	return nil
 }

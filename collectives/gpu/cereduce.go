@@ -239,11 +239,8 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 		if !used(k) {
 			continue
 		}
-		if err := drv.EventRecord(cx, ce.redJoin[k], ce.red[k]); err != nil {
-			return fmt.Errorf("join: %w", err)
-		}
-		if err := drv.StreamWaitEvent(cx, s, ce.redJoin[k]); err != nil {
-			return fmt.Errorf("join: %w", err)
+		if err := be.joinInto(s, ce.red[k], ce.redJoin[k]); err != nil {
+			return err
 		}
 	}
 	// Done: every peer has its output (AllReduce: the peers' spread
@@ -394,7 +391,6 @@ func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
 		for k := 1; k < be.nranks; k++ {
 			r := (be.rank + k) % be.nranks
 			lo, n := pl.span(a, r, i)
-			src := a.Send + uintptr((uint64(r)*pl.piece+lo)*pl.es)
 			if n > 0 {
 				if i >= pl.depth {
 					// r has reduced the chunk that last used this slot.
@@ -405,6 +401,7 @@ func (be *Backend) cePush(a *collectives.Args, pl *cePlan, seq uint32) error {
 				}
 				slot := uint64(i%pl.depth)*uint64(be.nranks) + uint64(be.rank)
 				dst := ce.staging[r] + uintptr(slot*chunkBytes)
+				src := a.Send + uintptr((uint64(r)*pl.piece+lo)*pl.es)
 				if err := drv.MemcpyAsync(cx, cuda.DevicePtr(dst), cuda.DevicePtr(src), n*pl.es, st); err != nil {
 					return fmt.Errorf("copy to rank %d: %w", r, err)
 				}
