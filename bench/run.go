@@ -218,22 +218,9 @@ func (r *runner) alloc(ctx context.Context, size int) (membuf.Buffer, error) {
 	if !ok {
 		return membuf.Buffer{}, fmt.Errorf("%w: -R: this communicator cannot register buffers", ErrUsage)
 	}
-	if r.cfg.Register == 2 {
-		p, rel, err := reg.Alloc(ctx, size)
-		if err != nil {
-			return membuf.Buffer{}, fmt.Errorf("bench: registered alloc of %d bytes: %w", size, err)
-		}
-		r.release = append(r.release, rel)
-		return membuf.Buffer{Ptr: p, Size: size}, nil
-	}
-	b, err := r.rk.Space.Alloc(size)
+	b, rel, err := AllocRegistered(ctx, reg, r.rk.Space, size, r.cfg.Register == 2)
 	if err != nil {
-		return b, err
-	}
-	rel, err := reg.Register(ctx, b.Ptr, size)
-	if err != nil {
-		_ = r.rk.Space.Free(b)
-		return membuf.Buffer{}, fmt.Errorf("bench: register %d bytes: %w", size, err)
+		return b, fmt.Errorf("bench: %w", err)
 	}
 	r.release = append(r.release, rel)
 	return b, nil

@@ -84,7 +84,7 @@ func decodeCallRecord(b []byte) (callRecord, error) {
 		Type:  collectives.DataType(int32(binary.BigEndian.Uint32(b[13:]))),
 		Op:    collectives.Op(int32(binary.BigEndian.Uint32(b[17:]))),
 		Root:  int64(binary.BigEndian.Uint64(b[21:])),
-		Facts: b[29],
+		Facts: b[callRecordSize-1],
 	}, nil
 }
 

@@ -123,22 +123,9 @@ func (r *rankRunner) alloc(ctx context.Context, size int) (membuf.Buffer, error)
 	if !ok {
 		return membuf.Buffer{}, fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
 	}
-	if r.cfg.register {
-		p, rel, err := reg.Alloc(ctx, size)
-		if err != nil {
-			return membuf.Buffer{}, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
-		}
-		r.release = append(r.release, rel)
-		return membuf.Buffer{Ptr: p, Size: size}, nil
-	}
-	b, err := r.rk.Space.Alloc(size)
+	b, rel, err := bench.AllocRegistered(ctx, reg, r.rk.Space, size, r.cfg.register)
 	if err != nil {
 		return b, err
-	}
-	rel, err := reg.Register(ctx, b.Ptr, size)
-	if err != nil {
-		_ = r.rk.Space.Free(b)
-		return membuf.Buffer{}, fmt.Errorf("register %d bytes of the rank's memory: %w", size, err)
 	}
 	r.release = append(r.release, rel)
 	return b, nil
