@@ -107,8 +107,8 @@ func TestDefaultThresholds(t *testing.T) {
 		bytes int64
 		want  Algorithm
 	}{
-		{Broadcast, 128<<20 - 1, OneShot},
-		{Broadcast, 128 << 20, CopyEngine},
+		{Broadcast, 32<<20 - 1, OneShot},
+		{Broadcast, 32 << 20, CopyEngine},
 		{AllGather, 32<<20 - 1, OneShot},
 		{AllGather, 32 << 20, CopyEngine},
 		{AllReduce, 512 << 10, LL},

@@ -36,9 +36,11 @@ import (
 // (cuStreamWriteValue32 fences the stream's earlier writes first). The
 // local slot (out of place) is copied on a side stream, forked and joined
 // through events, so that it overlaps the peer copies. Broadcast needs only
-// non-roots' ready to the root and the root's done to the non-roots, and
-// from 2*celand bytes it sends the first celand bytes without waiting for
-// ready, into a landing slot of the peer's workspace (celand.go).
+// non-roots' ready to the root and the root's done to the non-roots, which
+// the root raises from its signal stream (in a slot of its own, sigDone)
+// so that the flag write does not hold its user's stream; from 2*celand
+// bytes it sends the first celand bytes without waiting for ready, into a
+// landing slot of the peer's workspace (celand.go).
 // The waits are cyclic (CU_STREAM_WAIT_VALUE_GEQ compares (int32)(a-b)), so
 // seq may wrap.
 //
@@ -58,6 +60,8 @@ const (
 	ceDataOff    = 256      // data[maxRanks] u32 (cereduce.go)
 	ceLandedOff  = 384      // landed u32
 	ceReducedOff = 512      // reduced[ceSlots] u32
+	ceSigDataOff = 768      // sigData[maxRanks] u32: a landed Broadcast's data, from the signal stream only
+	ceSigDoneOff = 896      // sigDone[maxRanks] u32: its done, from the signal stream only
 	ceFreeOff    = 1024     // free[maxRanks][ceSlots] u32
 	ceSlots      = 64       // kCESlots
 	ceFlagBytes  = 4096     // the flag area, which Abort overwrites (but landed)
@@ -75,7 +79,9 @@ var (
 	_ [ceDataOff - ceDoneOff - 4*maxRanks]struct{}
 	_ [ceLandedOff - ceDataOff - 4*maxRanks]struct{}
 	_ [ceReducedOff - ceLandedOff - 4]struct{}
-	_ [ceFreeOff - ceReducedOff - 4*ceSlots]struct{}
+	_ [ceSigDataOff - ceReducedOff - 4*ceSlots]struct{}
+	_ [ceSigDoneOff - ceSigDataOff - 4*maxRanks]struct{}
+	_ [ceFreeOff - ceSigDoneOff - 4*maxRanks]struct{}
 	_ [ceFlagBytes - ceFreeOff - 4*maxRanks*ceSlots]struct{}
 )
 
@@ -289,7 +295,7 @@ func (be *Backend) ceBroadcast(c *ceArgs, root int, seq uint32) error {
 		if err := be.ceSignal(c.s, ceReadyOff, seq, root); err != nil {
 			return err
 		}
-		return be.ceWait(c.s, ceDoneOff, seq, root)
+		return be.ceWait(c.s, ceSigDoneOff, seq, root)
 	}
 	if err := be.ceFork(c); err != nil {
 		return err
@@ -300,7 +306,7 @@ func (be *Backend) ceBroadcast(c *ceArgs, root int, seq uint32) error {
 	if err := be.copyToPeers(c, 0, 0); err != nil {
 		return err
 	}
-	if err := be.ceSignal(c.s, ceDoneOff, seq, allPeers); err != nil {
+	if err := be.signalAfter(c.s, ceSigDoneOff, seq); err != nil {
 		return err
 	}
 	return be.ceJoin(c)

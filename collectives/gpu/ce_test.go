@@ -33,6 +33,25 @@ func doneFlag(owner, slot int) uintptr {
 	return rankAddr(wsBase, owner) + 0x8000 + 128 + 4*uintptr(slot)
 }
 
+// A Broadcast root's flags, which only its signal stream writes.
+func sigDataFlag(owner, slot int) uintptr { return rankAddr(wsBase, owner) + 0x8000 + 768 + 4*uintptr(slot) }
+func sigDoneFlag(owner, slot int) uintptr { return rankAddr(wsBase, owner) + 0x8000 + 896 + 4*uintptr(slot) }
+
+// signalOps is a root's raise of a flag (at(p) in every peer p) from the
+// signal stream behind everything on the user's stream so far, through the
+// rec-th record of the pushed event.
+func signalOps(be *Backend, peers []int, at func(p int) uintptr, val uint32, rec uint64) []fakeOp {
+	sig := be.ce.red[redSignal]
+	ops := []fakeOp{
+		{kind: "record", stream: userStream, event: be.ce.pushed, rec: rec},
+		{kind: "waitEvent", stream: sig, event: be.ce.pushed, rec: rec},
+	}
+	for _, p := range peers {
+		ops = append(ops, fakeOp{kind: "write", stream: sig, dst: at(p), val: val})
+	}
+	return ops
+}
+
 // together runs f on every rank concurrently (collective calls).
 // ceAt1MiB puts the copy-engine thresholds at 1 MiB for the test: the
 // cases below were written around that size (the defaults are larger).
@@ -172,7 +191,7 @@ func TestCEBroadcastEnqueuesCopiesAndFlags(t *testing.T) {
 					if me != root {
 						want = []fakeOp{
 							{kind: "write", stream: userStream, dst: readyFlag(root, me), val: 1},
-							{kind: "wait", stream: userStream, dst: doneFlag(me, root), val: 1, geq: true},
+							{kind: "wait", stream: userStream, dst: sigDoneFlag(me, root), val: 1, geq: true},
 						}
 					} else {
 						if !inPlace {
@@ -185,9 +204,7 @@ func TestCEBroadcastEnqueuesCopiesAndFlags(t *testing.T) {
 						for _, p := range peers {
 							want = append(want, fakeOp{kind: "copy", stream: userStream, dst: rankAddr(regBase0, p), src: send, n: count})
 						}
-						for _, p := range peers {
-							want = append(want, fakeOp{kind: "write", stream: userStream, dst: doneFlag(p, me), val: 1})
-						}
+						want = append(want, signalOps(be, peers, func(p int) uintptr { return sigDoneFlag(p, me) }, 1, 1)...)
 						if !inPlace {
 							want = append(want, joinOp(be, 1))
 						}

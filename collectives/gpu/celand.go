@@ -12,13 +12,21 @@ import (
 // call (probe hop, docs/perf.md). So the first landBytes of the root's copy
 // to each peer go instead into a landing slot of the peer's workspace that
 // belongs to the root, at once, and only the rest waits for ready, by then
-// long arrived (4 MiB take the copy engines about 11 us). The peer's side
+// long arrived (8 MiB take the copy engines about 21 us). The peer's side
 // stream moves the landed bytes into its receive buffer once the root's
-// data flag says they are there, while the rest streams in. On 2x H200
-// that took Broadcast at 128 MiB from 374-375 to 381-382 GB/s and at 256
-// MiB from 386 to 388-389. AllGather, whose copies run both ways at once,
-// measured slower with it (128 MiB in place: 335-337 against 352-358), so
-// it keeps the plain handshake.
+// data flag says they are there, while the rest streams in.
+//
+// The root's copies run back to back on the user's stream, and its flags
+// go out behind them from the signal stream, which nothing joins: the
+// user's stream is never held by a flag write, and the next call's first
+// copy follows this call's last at once. Those flags (sigData, sigDone)
+// have slots of their own that only the signal stream writes, so that a
+// late write there cannot overwrite a newer value from another stream.
+// On 2x H200 that took Broadcast at 128 MiB from 381-382 to 386 GB/s, with
+// 8 MiB slots (2 and 4 MiB slots left the link idle, waiting for ready).
+// AllGather, whose copies run both ways at once, measured slower with a
+// landing area in two sessions (128 MiB in place: 331-339 against 345-358),
+// so it keeps the plain handshake.
 //
 // Every rank's workspace holds, after the LL lines, two halves of one
 // landBytes slot per source. A Broadcast that copies at least 2*landBytes
@@ -38,13 +46,14 @@ import (
 // On the streams, for each non-root p (seq the call's flag value, h its
 // half):
 //
-//	root, push (forked): copy the first landBytes -> my slot, half h, in
-//	                     p's area; write data[root] = seq into p's flags
-//	root, user:          wait ready; copy the rest into p's receive buffer;
-//	                     join push; write done; join side (the local copy)
-//	p, user:             write ready; wait done; join side
-//	p, side (forked):    wait data[root] >= seq; copy the root's slot, half
-//	                     h, here -> my receive buffer
+//	root, user:       copy the first landBytes -> my slot, half h, in p's
+//	                  area; wait ready; copy the rest into p's receive
+//	                  buffer; join side (the local copy, out of place)
+//	root, signal:     after the landing copies, write sigData[root] = seq
+//	                  into p's flags; after the rest, sigDone[root] = seq
+//	p, user:          write ready; wait sigDone; join side
+//	p, side (forked): wait sigData[root] >= seq; copy the root's slot,
+//	                  half h, here -> my receive buffer
 
 // landBytes is the size of one rank's landing area: two halves of a slot
 // per peer.
@@ -70,28 +79,27 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		if err := be.forkSide(c, false); err != nil {
 			return err
 		}
-		if err := be.landCollect(c, seq, root); err != nil {
+		if err := be.ceWait(ce.side, ceSigDataOff, seq, root); err != nil {
 			return err
 		}
-		if err := be.ceWait(c.s, ceDoneOff, seq, root); err != nil {
+		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(be.landAt(be.rank, root, c.half)), c.land, ce.side); err != nil {
+			return fmt.Errorf("move rank %d's landed bytes: %w", root, err)
+		}
+		if err := be.ceWait(c.s, ceSigDoneOff, seq, root); err != nil {
 			return err
 		}
 		return be.joinInto(c.s, ce.side, ce.join)
 	}
-	push := ce.red[redPush]
-	if err := be.forkSide(c, true); err != nil {
+	if err := be.ceFork(c); err != nil {
 		return err
 	}
 	for i := 1; i < be.nranks; i++ {
 		p := (be.rank + i) % be.nranks
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(be.landAt(p, root, c.half)), cuda.DevicePtr(c.src), c.land, push); err != nil {
+		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(be.landAt(p, root, c.half)), cuda.DevicePtr(c.src), c.land, c.s); err != nil {
 			return fmt.Errorf("copy to rank %d's landing: %w", p, err)
 		}
 	}
-	if err := be.ceSignal(push, ceDataOff, seq, allPeers); err != nil {
-		return err
-	}
-	if err := be.localCopy(c); err != nil {
+	if err := be.signalAfter(c.s, ceSigDataOff, seq); err != nil {
 		return err
 	}
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
@@ -100,25 +108,21 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 	if err := be.copyToPeers(c, 0, c.land); err != nil {
 		return err
 	}
-	if err := be.joinInto(c.s, push, ce.redJoin[redPush]); err != nil {
+	if err := be.signalAfter(c.s, ceSigDoneOff, seq); err != nil {
 		return err
 	}
-	if err := be.ceSignal(c.s, ceDoneOff, seq, allPeers); err != nil {
-		return err
-	}
-	return be.joinInto(c.s, ce.side, ce.join)
+	return be.ceJoin(c)
 }
 
-// landCollect enqueues on a non-root's side stream the wait for the
-// root's data flag and the move of its landed bytes into the receive
-// buffer.
-func (be *Backend) landCollect(c *ceArgs, seq uint32, root int) error {
-	ce := &be.ce
-	if err := be.ceWait(ce.side, ceDataOff, seq, root); err != nil {
+// signalAfter raises flag off to seq in every peer from the signal stream
+// once everything enqueued on s so far has run, without holding s.
+func (be *Backend) signalAfter(s cuda.Stream, off uintptr, seq uint32) error {
+	if be.nranks < 2 {
+		return nil
+	}
+	sig := be.ce.red[redSignal]
+	if err := be.joinInto(sig, s, be.ce.pushed); err != nil {
 		return err
 	}
-	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(be.landAt(be.rank, root, c.half)), c.land, ce.side); err != nil {
-		return fmt.Errorf("move rank %d's landed bytes: %w", root, err)
-	}
-	return nil
+	return be.ceSignal(sig, off, seq, allPeers)
 }

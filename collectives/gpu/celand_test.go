@@ -52,29 +52,37 @@ func TestCELandingSimulated(t *testing.T) {
 // Without each ordering the landing adds, some interleaving goes wrong:
 // the side stream's wait for the data flag (it moves bytes that have not
 // landed), the ready handshake (the rest of a copy overwrites a buffer its
-// owner still reads), the join of the side stream, and the second half.
+// owner still reads), the signal stream's wait for the root's copies (it
+// raises data and done before the bytes are there), the join of the side
+// stream, and the second half.
 func TestCELandingSimulationCatchesMissingOrdering(t *testing.T) {
 	landTune(t)
 	flagOff := func(o fakeOp) uintptr { return (o.dst - wsBase) & 0xffffffff }
 	cases := []struct {
-		name string
-		drop func(fakeOp) bool
+		name     string
+		drop     func(fakeOp) bool
+		sigWaits bool // drop the signal stream's event waits
 	}{
 		{"data waits", func(o fakeOp) bool {
-			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceDataOff && flagOff(o) < ceFlagOff+ceLandedOff
-		}},
+			return o.kind == "wait" && flagOff(o) >= ceFlagOff+ceSigDataOff && flagOff(o) < ceFlagOff+ceSigDoneOff
+		}, false},
 		{"ready handshake", func(o fakeOp) bool {
 			return (o.kind == "wait" || o.kind == "write") && flagOff(o) >= ceFlagOff && flagOff(o) < ceFlagOff+ceDoneOff
-		}},
-		{"join of the side stream", func(o fakeOp) bool { return o.kind == "waitEvent" && o.stream == userStream }},
-		{"second half", nil},
+		}, false},
+		{"signal stream's waits for the copies", nil, true},
+		{"join of the side stream", func(o fakeOp) bool { return o.kind == "waitEvent" && o.stream == userStream }, false},
+		{"second half", nil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			bes, drvs, _ := newFakeBackends(t, 2, Config{Algo: "ce"})
 			recv, _ := allocAll(t, bes, uint64(2*(4096+3)*4+simGuard))
 			calls, seeds := simCalls(2), uint64(20)
-			if tc.drop == nil {
+			if tc.sigWaits {
+				sig := bes[0].ce.red[redSignal]
+				require.Equal(t, sig, bes[1].ce.red[redSignal], "the fakes number streams alike")
+				tc.drop = func(o fakeOp) bool { return o.kind == "waitEvent" && o.stream == sig }
+			} else if tc.drop == nil {
 				// One half: a root's next Broadcast lands while the owner's
 				// side stream still moves the last, which takes that stream
 				// lagging for several steps: fewer interleavings show it.
@@ -91,10 +99,11 @@ func TestCELandingSimulationCatchesMissingOrdering(t *testing.T) {
 }
 
 // The landed Broadcast op by op: the first bytes of the root's copy to
-// every peer go into the peer's landing slot on the push stream, the rest
-// into its buffer after ready on the user's stream, and a non-root's side
-// stream moves what landed; consecutive calls alternate the halves, and an
-// AllGather keeps the plain handshake.
+// every peer go into the peer's landing slot, the rest into its buffer
+// after ready, all on the user's stream, each part's flag raised behind it
+// from the signal stream; a non-root's side stream moves what landed;
+// consecutive calls alternate the halves, and an AllGather keeps the plain
+// handshake.
 func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 	t.Setenv(EnvTune, "celand=64K,ce.broadcast=1M,ce.all_gather=1M")
 	const n, count = 3, 1 << 18 // float32: 1 MiB per rank
@@ -127,36 +136,31 @@ func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 							want = append(want, fakeOp{kind: "write", stream: userStream, dst: readyFlag(root, me), val: call})
 							want = append(want, fork...)
 							want = append(want,
-								fakeOp{kind: "wait", stream: be.ce.side, dst: dataFlag(me, root), val: call, geq: true},
+								fakeOp{kind: "wait", stream: be.ce.side, dst: sigDataFlag(me, root), val: call, geq: true},
 								fakeOp{kind: "copy", stream: be.ce.side, dst: recv[me], src: be.landAt(me, root, h), n: land},
-								fakeOp{kind: "wait", stream: userStream, dst: doneFlag(me, root), val: call, geq: true})
+								fakeOp{kind: "wait", stream: userStream, dst: sigDoneFlag(me, root), val: call, geq: true})
+							want = append(want, joinSide...)
 						} else {
-							want = append(want, fork...)
-							want = append(want, fakeOp{kind: "waitEvent", stream: be.ce.red[redPush], event: be.ce.fork, rec: rec})
-							for _, p := range rotated(me, n) {
-								want = append(want, fakeOp{kind: "copy", stream: be.ce.red[redPush], dst: be.landAt(p, me, h), src: send, n: land})
-							}
-							for _, p := range rotated(me, n) {
-								want = append(want, fakeOp{kind: "write", stream: be.ce.red[redPush], dst: dataFlag(p, me), val: call})
-							}
+							peers := rotated(me, n)
 							if !inPlace {
-								want = append(want, fakeOp{kind: "copy", stream: be.ce.side, dst: recv[me], src: send, n: bytes})
+								want = append(want, forkOps(be, recv[me], send, bytes, rec)...)
 							}
-							for _, p := range rotated(me, n) {
+							for _, p := range peers {
+								want = append(want, fakeOp{kind: "copy", stream: userStream, dst: be.landAt(p, me, h), src: send, n: land})
+							}
+							want = append(want, signalOps(be, peers, func(p int) uintptr { return sigDataFlag(p, me) }, call, 2*rec-1)...)
+							for _, p := range peers {
 								want = append(want, fakeOp{kind: "wait", stream: userStream, dst: readyFlag(me, p), val: call, geq: true})
 							}
-							for _, p := range rotated(me, n) {
+							for _, p := range peers {
 								want = append(want, fakeOp{kind: "copy", stream: userStream,
 									dst: rankAddr(regBase0, p) + uintptr(land), src: send + uintptr(land), n: bytes - land})
 							}
-							want = append(want,
-								fakeOp{kind: "record", stream: be.ce.red[redPush], event: be.ce.redJoin[redPush], rec: rec},
-								fakeOp{kind: "waitEvent", stream: userStream, event: be.ce.redJoin[redPush], rec: rec})
-							for _, p := range rotated(me, n) {
-								want = append(want, fakeOp{kind: "write", stream: userStream, dst: doneFlag(p, me), val: call})
+							want = append(want, signalOps(be, peers, func(p int) uintptr { return sigDoneFlag(p, me) }, call, 2*rec)...)
+							if !inPlace {
+								want = append(want, joinOp(be, rec))
 							}
 						}
-						want = append(want, joinSide...)
 						assert.Equal(t, want, drvs[me].opsOf(), "rank %d call %d", me, call)
 						assert.Empty(t, drvs[me].launches, "no kernel")
 					}
@@ -173,10 +177,6 @@ func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 			})
 		}
 	}
-}
-
-func dataFlag(owner, slot int) uintptr {
-	return rankAddr(wsBase, owner) + ceFlagOff + ceDataOff + 4*uintptr(slot)
 }
 
 // The landing area's slots: one per source and half in every owner,

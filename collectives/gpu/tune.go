@@ -65,10 +65,13 @@ const (
 	defaultLLBlock    = 2 << 10
 	defaultCEChunk    = 8 << 20
 	defaultCEGrid     = 128
-	// 4 MiB take the copy engines about 11 us on 2x H200, longer than the
-	// ready handshake they hide (about 6 us; celand.go).
-	defaultCELand = 4 << 20
-	maxCELand     = 64 << 20
+	// The landing slots of one half, all sources together: at 2 ranks 8
+	// MiB take the copy engines about 21 us on 2x H200, longer than the
+	// done and ready handshakes between two Broadcasts (celand.go); with
+	// more ranks the root's copies to its peers share its link, so each
+	// peer's slot is a share of this.
+	defaultCELandHalf = 8 << 20
+	maxCELand         = 64 << 20
 	// The direct mode's last chunks: an AllReduce's last reduction hides
 	// behind the spreads of the chunks before it, a ReduceScatter's does
 	// not (scripts/gpu/probe, docs/perf.md). A floor never exceeds half a
@@ -98,7 +101,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,
 		ceDirect:   true,
-		ceLand:     defaultCELand,
+		ceLand:     defaultCELandHalf / int64(max(nranks-1, 1)) &^ 15,
 		pdl:        true,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce

@@ -90,13 +90,14 @@ func TestTuningDefaults(t *testing.T) {
 		nranks, maxBlocks int
 		slot              int64
 		grid, ceGrid      int
+		land              int64 // a peer's landing slot: the half's 8 MiB shared
 	}{
-		{1, 0, 128 << 10, defaultGrid, defaultCEGrid},
-		{2, 0, 128 << 10, defaultGrid, defaultCEGrid},
-		{3, 0, 87376, defaultGrid, defaultCEGrid},
-		{4, 0, 64 << 10, defaultGrid, defaultCEGrid},
-		{8, 32, 32 << 10, 32, 32},
-		{2, 8, 128 << 10, 8, 8}, // Config.MaxBlocks caps every launch
+		{1, 0, 128 << 10, defaultGrid, defaultCEGrid, 8 << 20},
+		{2, 0, 128 << 10, defaultGrid, defaultCEGrid, 8 << 20},
+		{3, 0, 87376, defaultGrid, defaultCEGrid, 4 << 20},
+		{4, 0, 64 << 10, defaultGrid, defaultCEGrid, 2796192},
+		{8, 32, 32 << 10, 32, 32, 1198368},
+		{2, 8, 128 << 10, 8, 8, 8 << 20}, // Config.MaxBlocks caps every launch
 	} {
 		tu := defaultTuning(tc.nranks, tc.maxBlocks)
 		assert.Equal(t, tc.slot, tu.slot, "nranks %d", tc.nranks)
@@ -104,6 +105,9 @@ func TestTuningDefaults(t *testing.T) {
 		assert.LessOrEqual(t, 2*int64(tc.nranks)*maxBlocks*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
 		assert.Equal(t, tc.grid, tu.grid)
 		assert.Equal(t, tc.ceGrid, tu.ceGrid)
+		assert.Equal(t, tc.land, tu.ceLand, "nranks %d", tc.nranks)
+		assert.Zero(t, tu.ceLand%16)
+		assert.LessOrEqual(t, landBytes(tc.nranks, tu.ceLand), uint64(2*defaultCELandHalf), "nranks %d", tc.nranks)
 	}
 }
 
