@@ -34,8 +34,12 @@ func doneFlag(owner, slot int) uintptr {
 }
 
 // A Broadcast root's flags, which only its signal stream writes.
-func sigDataFlag(owner, slot int) uintptr { return rankAddr(wsBase, owner) + 0x8000 + 768 + 4*uintptr(slot) }
-func sigDoneFlag(owner, slot int) uintptr { return rankAddr(wsBase, owner) + 0x8000 + 896 + 4*uintptr(slot) }
+func sigDataFlag(owner, slot int) uintptr {
+	return rankAddr(wsBase, owner) + 0x8000 + 768 + 4*uintptr(slot)
+}
+func sigDoneFlag(owner, slot int) uintptr {
+	return rankAddr(wsBase, owner) + 0x8000 + 896 + 4*uintptr(slot)
+}
 
 // signalOps is a root's raise of a flag (at(p) in every peer p) from the
 // signal stream behind everything on the user's stream so far, through the

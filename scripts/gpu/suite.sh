@@ -95,6 +95,9 @@ step "2 procs, vmm, registered by size" 180 env GOCCL_TRANSPORT=vmm GOCCL_TUNE=c
 UREG=("$B/conformance" --backend gpu --register-user --counts 0,1,7,4095,1048579 --large 64Mi --stress 300)
 step "2 procs, vmm, user memory registered" 180 env GOCCL_TRANSPORT=vmm GOCCL_TUNE=ce.all_reduce=1M,ce.reduce_scatter=1M,ce.broadcast=1M,ce.all_gather=1M,cefloor.all_reduce=256K,cefloor.reduce_scatter=64K "$B/goccl" run -np 2 "${UREG[@]}"
 step "2 procs, ipc, user memory registered (ce)" 180 env GOCCL_TRANSPORT=ipc GOCCL_ALGO=ce "$B/goccl" run -np 2 "${UREG[@]}" --colls broadcast,all_gather,all_reduce
+# Landing slots of 64 KiB, so that Broadcasts from 128 KiB land: the
+# halves alternate and the signal stream's flags race the next calls.
+step "2 procs, vmm, landed Broadcast 64K" 180 env GOCCL_TRANSPORT=vmm GOCCL_ALGO=ce GOCCL_TUNE=celand=64K "$B/goccl" run -np 2 "${UREG[@]}" --colls broadcast,all_gather
 # The algorithms the size choice skips at 2 ranks: two-shot, and one-shot
 # where LL would run; plus the widest grid on small staging slots.
 step "2 procs, twoshot forced" 150 env GOCCL_ALGO=twoshot "$B/goccl" run -np 2 "$B/conformance" --backend gpu --colls all_reduce --graph 20 --stress 300
