@@ -11,9 +11,10 @@
 # GiB only, every collective (Broadcast/AllGather registered, AllReduce and
 # ReduceScatter both ways); mid: AllReduce from 256 KiB to 32 MiB in steps
 # of 2 (the 1.5x target's range, every power of two), graph and eager;
-# user: every collective from 128 MiB to PERF_MAX on the ranks' own
-# cuMemAlloc buffers registered with comm.Register (-R 1, as a framework
-# registers its tensors; on vmm, the default, through IPC handles).
+# user: every collective (or PERF_COLLS) from 128 MiB (or PERF_MIN) to
+# PERF_MAX on the ranks' own cuMemAlloc buffers registered with
+# comm.Register (-R 1, as a framework registers its tensors; on vmm, the
+# default, through IPC handles).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset GOCCL_NVLS_ENABLE
@@ -83,8 +84,8 @@ if [ "$MODE" = full ]; then
   done
 fi
 if [ "$MODE" = user ]; then
-  U=(-b 128M -e "$MAX" -f 2 -n 20 -w 5)
-  for c in all_reduce reduce_scatter broadcast all_gather; do
+  U=(-b "${PERF_MIN:-128M}" -e "$MAX" -f 2 -n 20 -w 5)
+  for c in ${PERF_COLLS:-all_reduce reduce_scatter broadcast all_gather}; do
     run "${c}_user" "$c" "${U[@]}" -R 1 -- --coll "$c" "${U[@]}"
   done
 fi
