@@ -277,6 +277,23 @@ func TestRunWithoutCheck(t *testing.T) {
 	require.ErrorIs(t, err, ErrUsage)
 }
 
+func TestRowBestIsTheFasterPlacement(t *testing.T) {
+	oop, ip := Result{TimeUS: 10, BusBW: 1}, Result{TimeUS: 8, BusBW: 2}
+	for _, tc := range []struct {
+		name string
+		row  Row
+		want Result
+	}{
+		{"in place faster", Row{OutOfPlace: oop, InPlace: ip}, ip},
+		{"out of place faster", Row{OutOfPlace: ip, InPlace: oop}, ip},
+		{"equal: out of place", Row{OutOfPlace: oop, InPlace: Result{TimeUS: 10, BusBW: 3}}, oop},
+		{"in place not timed", Row{OutOfPlace: oop}, oop},
+		{"out of place not timed", Row{InPlace: ip}, ip},
+	} {
+		assert.Equal(t, tc.want, tc.row.Best(), tc.name)
+	}
+}
+
 func TestJSONAndPlot(t *testing.T) {
 	dir := t.TempDir()
 	cfgArgs := []string{"all_reduce", "-b", "8", "-e", "64K", "-f", "4", "-n", "1", "-w", "0", "--backend", "host", "--label", "goccl"}

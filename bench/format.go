@@ -25,6 +25,16 @@ type Row struct {
 	InPlace    Result `json:"in_place"`
 }
 
+// Best is the faster of the row's two placements, as nccl-tests' summary
+// and bench/nccl/compare.py take it; a placement not timed (0 us) never
+// wins.
+func (r Row) Best() Result {
+	if r.InPlace.TimeUS > 0 && (r.OutOfPlace.TimeUS <= 0 || r.InPlace.TimeUS < r.OutOfPlace.TimeUS) {
+		return r.InPlace
+	}
+	return r.OutOfPlace
+}
+
 // DeviceLine is one rank's entry under "# Using devices".
 type DeviceLine struct {
 	Rank    int    `json:"rank"`

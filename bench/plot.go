@@ -13,7 +13,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// WritePlot draws out-of-place busbw against size (log2 axis) for every
+// WritePlot draws busbw (the better placement, Row.Best) against size (log2 axis) for every
 // (type, op, root) series of each report, the first report solid and the
 // others dashed, and saves it to path (the extension picks the format:
 // .png, .svg, .pdf).
@@ -50,7 +50,7 @@ func WritePlot(path string, reports ...Report) error {
 			if _, ok := series[k]; !ok {
 				keys = append(keys, k)
 			}
-			series[k] = append(series[k], plotter.XY{X: float64(row.Size), Y: row.OutOfPlace.BusBW})
+			series[k] = append(series[k], plotter.XY{X: float64(row.Size), Y: row.Best().BusBW})
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
