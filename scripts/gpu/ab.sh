@@ -9,11 +9,7 @@
 # last, one line per (bench, setting, size): the rounds' in-place and
 # out-of-place busbw, and logs every run under $OUT/ab.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset GOCCL_NVLS_ENABLE
-B=${GOCCL_GPU_BIN:-.gpu}
-LOGS=${OUT:-/tmp}/ab
-mkdir -p "$LOGS"
+. "$(dirname "$0")/env.sh" ab
 args=$1
 shift
 rows=()

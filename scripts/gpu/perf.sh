@@ -16,10 +16,8 @@
 # comm.Register (-R 1, as a framework registers its tensors; on vmm, the
 # default, through IPC handles).
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset GOCCL_NVLS_ENABLE
+. "$(dirname "$0")/env.sh" perf
 export PYTHONUNBUFFERED=1
-B=${GOCCL_GPU_BIN:-.gpu}
 D=$(mktemp -d)/perf
 mkdir -p "$D"
 MAX=${PERF_MAX:-1G}

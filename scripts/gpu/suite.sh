@@ -5,12 +5,7 @@
 # points GOCCL_FATBIN at the result, so one call compiles and tests.
 # It prints a summary table last and exits non-zero on any failure.
 set -u
-# NVLink multicast stays off on these shared machines (DESIGN §8).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset GOCCL_NVLS_ENABLE
-B=${GOCCL_GPU_BIN:-.gpu}
-LOGS=${OUT:-/tmp}/gpu-suite
-mkdir -p "$LOGS"
+. "$(dirname "$0")/env.sh" gpu-suite
 KERNELS=0
 LARGE=${GOCCL_SUITE_LARGE:-64Mi}
 HUGE=${GOCCL_SUITE_HUGE-1Gi}  # set empty to skip

@@ -6,11 +6,7 @@
 #   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|direct|all]...
 # --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset GOCCL_NVLS_ENABLE
-B=${GOCCL_GPU_BIN:-.gpu}
-LOGS=${OUT:-/tmp}/tune
-mkdir -p "$LOGS"
+. "$(dirname "$0")/env.sh" tune
 PARTS=()
 for a in "$@"; do
   case $a in
