@@ -118,7 +118,9 @@ type copyEngine struct {
 	// A reduction's streams (cereduce.go), forked from and joined into
 	// the user's stream through fork and redJoin; in direct mode pushed
 	// orders a chunk's data flag after its copy, and reduced a chunk's
-	// spread after its kernel.
+	// spread after its kernel. A Broadcast root's flags go out on the
+	// signal stream too, behind its copies through pushed (signalAfter),
+	// and nothing joins them.
 	red     [numRedStreams]cuda.Stream
 	redJoin [numRedStreams]cuda.Event
 	pushed  cuda.Event
@@ -130,7 +132,7 @@ const (
 	redPush   = iota // this rank's parts of the pieces to their owners
 	redLand          // waits for the peers' chunks, then the landed flag
 	redSpread        // AllReduce: the reduced piece to the peers
-	redSignal        // direct mode: the data flags, each behind its copy
+	redSignal        // direct mode: the data flags, each behind its copy; a Broadcast root's flags
 	numRedStreams
 )
 

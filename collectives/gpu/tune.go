@@ -16,7 +16,7 @@ import (
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
 // llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
 // cegrid, cedirect (0 or 1) and cefloor.<coll> (copy-engine reductions),
-// celand (the copy-engine Broadcast's landing area, 0 for none),
+// celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
 // GPU has it).
