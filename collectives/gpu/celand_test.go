@@ -3,12 +3,14 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
 )
 
 // landTune puts Broadcast and AllGather on the copy engines at every size
@@ -94,6 +96,37 @@ func TestCELandingSimulationCatchesMissingOrdering(t *testing.T) {
 			mustExpose(t, tc.name, seeds, func(seed uint64) []string {
 				return runSim(t, bes, drvs, recv, calls, seed, tc.drop)
 			})
+		})
+	}
+}
+
+// A Broadcast root's flags go out from its signal stream, which nothing
+// joins, so no other stream may write their slots: a late write there
+// would overwrite a newer value (celand.go). Every write into the slots,
+// over landed and plain Broadcasts and AllGathers, comes from the signal
+// stream.
+func TestCESigFlagsHaveOneWriterStream(t *testing.T) {
+	landTune(t)
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			bes, drvs, _ := newFakeBackends(t, n, Config{Algo: "ce"})
+			recv, _ := allocAll(t, bes, uint64(n*(4096+3)*4+simGuard))
+			sig := bes[0].ce.red[redSignal]
+			for _, be := range bes {
+				require.Equal(t, sig, be.ce.red[redSignal], "the fakes number streams alike")
+			}
+			writers := map[cuda.Stream]int{}
+			record := func(o fakeOp) bool {
+				off := (o.dst - wsBase) & 0xffffffff
+				if (o.kind == "write" || strings.HasPrefix(o.kind, "memset")) && off >= ceFlagOff+ceSigDataOff && off < ceFlagOff+ceFreeOff {
+					writers[o.stream]++
+				}
+				return false
+			}
+			calls := append(simCalls(n), sameRootCalls(n)...)
+			require.Empty(t, runSim(t, bes, drvs, recv, calls, 1, record))
+			assert.Len(t, writers, 1, "streams writing the signal stream's slots: %v", writers)
+			assert.Positive(t, writers[sig], "the signal stream raised the flags")
 		})
 	}
 }
