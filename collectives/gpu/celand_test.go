@@ -31,12 +31,25 @@ func sameRootCalls(n int) []simCall {
 	return calls
 }
 
+// landRig is n fake ranks on the copy-engine path with a receive buffer
+// for the simulation's calls, and their signal stream, which the fakes
+// number alike on every rank.
+func landRig(t *testing.T, n int) ([]*Backend, []*fakeDriver, []uintptr, cuda.Stream) {
+	t.Helper()
+	bes, drvs, _ := newFakeBackends(t, n, Config{Algo: "ce"})
+	recv, _ := allocAll(t, bes, uint64(n*(4096+3)*4+simGuard))
+	sig := bes[0].ce.red[redSignal]
+	for _, be := range bes {
+		require.Equal(t, sig, be.ce.red[redSignal], "the fakes number streams alike")
+	}
+	return bes, drvs, recv, sig
+}
+
 func TestCELandingSimulated(t *testing.T) {
 	landTune(t)
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
-			bes, drvs, _ := newFakeBackends(t, n, Config{Algo: "ce"})
-			recv, _ := allocAll(t, bes, uint64(n*(4096+3)*4+simGuard))
+			bes, drvs, recv, _ := landRig(t, n)
 			const seeds = 20
 			for seed := range uint64(seeds) {
 				bad := runSim(t, bes, drvs, recv, simCalls(n), seed, nil)
@@ -77,12 +90,9 @@ func TestCELandingSimulationCatchesMissingOrdering(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			bes, drvs, _ := newFakeBackends(t, 2, Config{Algo: "ce"})
-			recv, _ := allocAll(t, bes, uint64(2*(4096+3)*4+simGuard))
+			bes, drvs, recv, sig := landRig(t, 2)
 			calls, seeds := simCalls(2), uint64(20)
 			if tc.sigWaits {
-				sig := bes[0].ce.red[redSignal]
-				require.Equal(t, sig, bes[1].ce.red[redSignal], "the fakes number streams alike")
 				tc.drop = func(o fakeOp) bool { return o.kind == "waitEvent" && o.stream == sig }
 			} else if tc.drop == nil {
 				// One half: a root's next Broadcast lands while the owner's
@@ -109,12 +119,7 @@ func TestCESigFlagsHaveOneWriterStream(t *testing.T) {
 	landTune(t)
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
-			bes, drvs, _ := newFakeBackends(t, n, Config{Algo: "ce"})
-			recv, _ := allocAll(t, bes, uint64(n*(4096+3)*4+simGuard))
-			sig := bes[0].ce.red[redSignal]
-			for _, be := range bes {
-				require.Equal(t, sig, be.ce.red[redSignal], "the fakes number streams alike")
-			}
+			bes, drvs, recv, sig := landRig(t, n)
 			writers := map[cuda.Stream]int{}
 			record := func(o fakeOp) bool {
 				off := (o.dst - wsBase) & 0xffffffff
