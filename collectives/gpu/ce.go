@@ -366,7 +366,7 @@ func (be *Backend) ceFork(c *ceArgs) error {
 	if !c.local || c.bytes == 0 {
 		return nil
 	}
-	if err := be.forkSide(c, false); err != nil {
+	if err := be.forkSide(c); err != nil {
 		return err
 	}
 	if err := be.localCopy(c); err != nil {
@@ -378,21 +378,14 @@ func (be *Backend) ceFork(c *ceArgs) error {
 	return nil
 }
 
-// forkSide records the fork on the user's stream and makes the side
-// stream (and, with push, the push stream) wait for it.
-func (be *Backend) forkSide(c *ceArgs, push bool) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	if err := drv.EventRecord(cx, ce.fork, c.s); err != nil {
+// forkSide makes the side stream wait for the user's stream to reach this
+// point.
+func (be *Backend) forkSide(c *ceArgs) error {
+	if err := be.drv.EventRecord(be.ctx, be.ce.fork, c.s); err != nil {
 		return fmt.Errorf("fork: %w", err)
 	}
-	streams, k := [2]cuda.Stream{ce.side, ce.red[redPush]}, 1
-	if push {
-		k = 2
-	}
-	for _, st := range streams[:k] {
-		if err := drv.StreamWaitEvent(cx, st, ce.fork); err != nil {
-			return fmt.Errorf("fork: %w", err)
-		}
+	if err := be.drv.StreamWaitEvent(be.ctx, be.ce.side, be.ce.fork); err != nil {
+		return fmt.Errorf("fork: %w", err)
 	}
 	return nil
 }
@@ -430,6 +423,19 @@ func (be *Backend) ceJoin(c *ceArgs) error {
 		return fmt.Errorf("join: %w", err)
 	}
 	return nil
+}
+
+// signalAfter raises flag off to seq in every peer from the signal stream
+// once everything enqueued on s so far has run, without holding s.
+func (be *Backend) signalAfter(s cuda.Stream, off uintptr, seq uint32) error {
+	if be.nranks < 2 {
+		return nil
+	}
+	sig := be.ce.red[redSignal]
+	if err := be.joinInto(sig, s, be.ce.pushed); err != nil {
+		return err
+	}
+	return be.ceSignal(sig, off, seq, allPeers)
 }
 
 // streams and events list the handles setupCE creates and releaseCE

@@ -76,7 +76,7 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		if err := be.ceSignal(c.s, ceReadyOff, seq, root); err != nil {
 			return err
 		}
-		if err := be.forkSide(c, false); err != nil {
+		if err := be.forkSide(c); err != nil {
 			return err
 		}
 		if err := be.ceWait(ce.side, ceSigDataOff, seq, root); err != nil {
@@ -112,17 +112,4 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		return err
 	}
 	return be.ceJoin(c)
-}
-
-// signalAfter raises flag off to seq in every peer from the signal stream
-// once everything enqueued on s so far has run, without holding s.
-func (be *Backend) signalAfter(s cuda.Stream, off uintptr, seq uint32) error {
-	if be.nranks < 2 {
-		return nil
-	}
-	sig := be.ce.red[redSignal]
-	if err := be.joinInto(sig, s, be.ce.pushed); err != nil {
-		return err
-	}
-	return be.ceSignal(sig, off, seq, allPeers)
 }

@@ -322,7 +322,7 @@ func (be *Backend) ceChunks(a *collectives.Args, reg *registration, pl *cePlan, 
 // chunk's wait, so the landed flag they poll is written once for the call.
 func (be *Backend) ceDirect(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
 	drv, cx, ce := be.drv, be.ctx, &be.ce
-	push, land, signal, spread := ce.red[redPush], ce.red[redLand], ce.red[redSignal], ce.red[redSpread]
+	push, land, spread := ce.red[redPush], ce.red[redLand], ce.red[redSpread]
 	peer := 1 - be.rank
 	off := a.Recv - reg.base
 	if err := drv.StreamWriteValue32(cx, land, cuda.DevicePtr(ce.local+ceLandedOff), seq+pl.chunks-1); err != nil {
@@ -340,13 +340,7 @@ func (be *Backend) ceDirect(a *collectives.Args, reg *registration, pl *cePlan, 
 				return fmt.Errorf("copy to rank %d: %w", peer, err)
 			}
 		}
-		if err := drv.EventRecord(cx, ce.pushed, push); err != nil {
-			return fmt.Errorf("pushed: %w", err)
-		}
-		if err := drv.StreamWaitEvent(cx, signal, ce.pushed); err != nil {
-			return fmt.Errorf("pushed: %w", err)
-		}
-		if err := be.ceSignal(signal, ceDataOff, seq+i, peer); err != nil {
+		if err := be.signalAfter(push, ceDataOff, seq+i); err != nil {
 			return err
 		}
 		// Chunk i of this rank's piece: the peer's part lands, the kernel
@@ -364,11 +358,8 @@ func (be *Backend) ceDirect(a *collectives.Args, reg *registration, pl *cePlan, 
 		if a.Coll != collectives.AllReduce {
 			continue
 		}
-		if err := drv.EventRecord(cx, ce.reduced, land); err != nil {
-			return fmt.Errorf("reduced: %w", err)
-		}
-		if err := drv.StreamWaitEvent(cx, spread, ce.reduced); err != nil {
-			return fmt.Errorf("reduced: %w", err)
+		if err := be.joinInto(spread, land, ce.reduced); err != nil {
+			return err
 		}
 		at := uintptr((uint64(be.rank)*pl.piece + lo) * pl.es)
 		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(reg.region.Peers[peer]+off+at), cuda.DevicePtr(a.Recv+at), n*pl.es, spread); err != nil {
