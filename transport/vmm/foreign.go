@@ -86,23 +86,9 @@ func (m *Mapper) decodeRoutes(all [][]byte) ([]route, error) {
 	return routes, nil
 }
 
-func countForeign(routes []route) int {
-	n := 0
-	for _, rt := range routes {
-		if rt.foreign {
-			n++
-		}
-	}
-	return n
-}
-
-// mixedRoutes is the verdict, the same on every rank, when some ranks
-// register foreign memory and others memory from an Alloc: neither route
-// can serve them all (a VMM view needs every peer's Alloc, IPC cannot
-// export VMM memory). It names the first foreign rank and, as the peer,
-// the first rank inside an Alloc.
-func (m *Mapper) mixedRoutes(routes []route) error {
-	var foreign, views []int
+// splitRoutes lists the ranks registering foreign memory and those
+// registering memory inside one of their Allocs.
+func splitRoutes(routes []route) (foreign, views []int) {
 	for r, rt := range routes {
 		if rt.foreign {
 			foreign = append(foreign, r)
@@ -110,6 +96,15 @@ func (m *Mapper) mixedRoutes(routes []route) error {
 			views = append(views, r)
 		}
 	}
+	return foreign, views
+}
+
+// mixedRoutes is the verdict, the same on every rank, when some ranks
+// register foreign memory and others memory from an Alloc (both lists
+// non-empty): neither route can serve them all (a VMM view needs every
+// peer's Alloc, IPC cannot export VMM memory). It names the first foreign
+// rank and, as the peer, the first rank inside an Alloc.
+func mixedRoutes(routes []route, foreign, views []int) error {
 	f, v := routes[foreign[0]], routes[views[0]]
 	return stepErr(foreign[0], "Register", views[0], fmt.Errorf(
 		"ranks take different routes: outside this mapper's Allocs (ipc route): %s (first: %#x, %d bytes); "+

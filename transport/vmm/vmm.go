@@ -324,11 +324,11 @@ func (m *Mapper) Register(ctx context.Context, ptr uintptr, size uint64) (*trans
 	if err != nil {
 		return nil, err
 	}
-	switch foreign := countForeign(routes); {
-	case foreign == len(routes):
+	switch foreign, views := splitRoutes(routes); {
+	case len(views) == 0:
 		return m.registerForeign(ctx, ptr, size)
-	case foreign > 0:
-		return nil, m.mixedRoutes(routes)
+	case len(foreign) > 0:
+		return nil, mixedRoutes(routes, foreign, views)
 	}
 	return m.registerView(ctx, parent, ptr, size, routes)
 }
