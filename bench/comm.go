@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/goccl/goccl/collectives"
@@ -27,29 +28,65 @@ type Registrar interface {
 	Alloc(ctx context.Context, size int) (ptr uintptr, release func(context.Context) error, err error)
 }
 
-// AllocRegistered takes size bytes that peers can reach: from reg's Alloc
-// (fromAlloc, -R 2), or from space and then registered with reg (-R 1, as a
-// framework registers its tensors). release undoes the registration and
-// frees Alloc's memory; memory from space stays the caller's to free, after
-// release, so that the peers unmap it first.
-func AllocRegistered(ctx context.Context, reg Registrar, space membuf.Space, size int, fromAlloc bool) (membuf.Buffer, func(context.Context) error, error) {
-	if fromAlloc {
-		p, rel, err := reg.Alloc(ctx, size)
+// How Buffers takes its memory (nccl-tests' -R).
+const (
+	Unregistered = 0 // from the rank's space
+	UserMemory   = 1 // from the space, then registered with Register
+	FromAlloc    = 2 // from the communicator's Alloc
+)
+
+// Buffers takes a rank's buffers from its space, or registered (mode
+// UserMemory or FromAlloc, through Reg), and gives them all back in Free:
+// the registrations first, so that the peers unmap before the memory under
+// them returns to the space. Every rank must ask for the same sizes in the
+// same order, as registration is collective and symmetric.
+type Buffers struct {
+	Space membuf.Space
+	Reg   Registrar // needed by the registered modes
+	Mode  int
+
+	release []func(context.Context) error
+	owned   []membuf.Buffer // from Space
+}
+
+// Alloc takes size bytes. A registered mode without Reg is the caller's
+// error to report before; an empty buffer is never registered.
+func (b *Buffers) Alloc(ctx context.Context, size int) (membuf.Buffer, error) {
+	if b.Mode == FromAlloc && size > 0 {
+		p, rel, err := b.Reg.Alloc(ctx, size)
 		if err != nil {
-			return membuf.Buffer{}, nil, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
+			return membuf.Buffer{}, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
 		}
-		return membuf.Buffer{Ptr: p, Size: size}, rel, nil
+		b.release = append(b.release, rel)
+		return membuf.Buffer{Ptr: p, Size: size}, nil
 	}
-	b, err := space.Alloc(size)
+	buf, err := b.Space.Alloc(size)
 	if err != nil {
-		return b, nil, err
+		return buf, err
 	}
-	rel, err := reg.Register(ctx, b.Ptr, size)
-	if err != nil {
-		_ = space.Free(b)
-		return membuf.Buffer{}, nil, fmt.Errorf("register %d bytes: %w", size, err)
+	if b.Mode == UserMemory && size > 0 {
+		rel, err := b.Reg.Register(ctx, buf.Ptr, size)
+		if err != nil {
+			_ = b.Space.Free(buf)
+			return membuf.Buffer{}, fmt.Errorf("register %d bytes: %w", size, err)
+		}
+		b.release = append(b.release, rel)
 	}
-	return b, rel, nil
+	b.owned = append(b.owned, buf)
+	return buf, nil
+}
+
+// Free undoes every registration, then frees what came from the space.
+func (b *Buffers) Free(ctx context.Context) error {
+	var errs []error
+	for _, rel := range b.release {
+		errs = append(errs, rel(ctx))
+	}
+	for _, buf := range b.owned {
+		errs = append(errs, b.Space.Free(buf))
+	}
+	b.release, b.owned = nil, nil
+	return errors.Join(errs...)
 }
 
 // Rank is one rank this process drives: its communicator and the space

@@ -80,7 +80,7 @@ type runner struct {
 	n, me int
 
 	send, recv membuf.Buffer
-	release    []func(context.Context) error
+	bufs       Buffers
 	input      []byte // host staging of inputs
 	output     []byte // host copy of outputs
 	timer      membuf.Timer
@@ -196,12 +196,20 @@ func (r *runner) allocate(ctx context.Context) error {
 			recvMax = max(recvMax, sh.SendBytes, sh.RecvBytes)
 		}
 	}
-	var err error
-	if r.send, err = r.alloc(ctx, int(sendMax)); err != nil {
-		return err
+	r.bufs = Buffers{Space: r.rk.Space, Mode: r.cfg.Register}
+	if r.cfg.Register != Unregistered {
+		reg, ok := r.rk.Comm.(Registrar)
+		if !ok {
+			return fmt.Errorf("%w: -R: this communicator cannot register buffers", ErrUsage)
+		}
+		r.bufs.Reg = reg
 	}
-	if r.recv, err = r.alloc(ctx, int(recvMax)); err != nil {
-		return err
+	var err error
+	if r.send, err = r.bufs.Alloc(ctx, int(sendMax)); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if r.recv, err = r.bufs.Alloc(ctx, int(recvMax)); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	if r.cfg.Check > 0 {
 		r.input = make([]byte, sendMax)
@@ -210,32 +218,7 @@ func (r *runner) allocate(ctx context.Context) error {
 	return nil
 }
 
-func (r *runner) alloc(ctx context.Context, size int) (membuf.Buffer, error) {
-	if r.cfg.Register == 0 || size == 0 {
-		return r.rk.Space.Alloc(size)
-	}
-	reg, ok := r.rk.Comm.(Registrar)
-	if !ok {
-		return membuf.Buffer{}, fmt.Errorf("%w: -R: this communicator cannot register buffers", ErrUsage)
-	}
-	b, rel, err := AllocRegistered(ctx, reg, r.rk.Space, size, r.cfg.Register == 2)
-	if err != nil {
-		return b, fmt.Errorf("bench: %w", err)
-	}
-	r.release = append(r.release, rel)
-	return b, nil
-}
-
-func (r *runner) free(ctx context.Context) error {
-	var errs []error
-	for _, rel := range r.release {
-		errs = append(errs, rel(ctx))
-	}
-	if r.cfg.Register != 2 {
-		errs = append(errs, r.rk.Space.Free(r.send), r.rk.Space.Free(r.recv))
-	}
-	return errors.Join(errs...)
-}
+func (r *runner) free(ctx context.Context) error { return r.bufs.Free(ctx) }
 
 // args builds the call for a shape and placement, following nccl-tests'
 // in-place layout: everything in the receive buffer, AllGather's input in

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -27,7 +26,7 @@ type rankRunner struct {
 	out   *syncWriter
 
 	send, recv membuf.Buffer
-	release    []func(context.Context) error // registered buffers (--register)
+	bufs       bench.Buffers // where send and recv come from (--register, --register-user)
 	stage, got []byte
 
 	cases, failed int
@@ -99,11 +98,27 @@ func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 		a, b := r.needs(tc)
 		s, v = max(s, a), max(v, b)
 	}
+	// Registration is collective: every rank computes the same sizes from
+	// the same cases, as it must be symmetric.
+	r.bufs = bench.Buffers{Space: r.rk.Space, Mode: bench.Unregistered}
+	switch {
+	case r.cfg.register:
+		r.bufs.Mode = bench.FromAlloc
+	case r.cfg.regUser:
+		r.bufs.Mode = bench.UserMemory
+	}
+	if r.bufs.Mode != bench.Unregistered {
+		reg, ok := r.rk.Comm.(bench.Registrar)
+		if !ok {
+			return fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
+		}
+		r.bufs.Reg = reg
+	}
 	var err error
-	if r.send, err = r.alloc(ctx, s+guard); err != nil {
+	if r.send, err = r.bufs.Alloc(ctx, s+guard); err != nil {
 		return err
 	}
-	if r.recv, err = r.alloc(ctx, v+guard); err != nil {
+	if r.recv, err = r.bufs.Alloc(ctx, v+guard); err != nil {
 		return err
 	}
 	r.stage = make([]byte, s)
@@ -111,39 +126,9 @@ func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 	return nil
 }
 
-// alloc takes size bytes from the rank's space or, with --register, from
-// the communicator's Alloc, or with --register-user from the rank's space
-// and then registers them (collective: every rank computes the same sizes
-// from the same cases, as registration must be symmetric).
-func (r *rankRunner) alloc(ctx context.Context, size int) (membuf.Buffer, error) {
-	if !r.cfg.register && !r.cfg.regUser {
-		return r.rk.Space.Alloc(size)
-	}
-	reg, ok := r.rk.Comm.(bench.Registrar)
-	if !ok {
-		return membuf.Buffer{}, fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
-	}
-	b, rel, err := bench.AllocRegistered(ctx, reg, r.rk.Space, size, r.cfg.register)
-	if err != nil {
-		return b, err
-	}
-	r.release = append(r.release, rel)
-	return b, nil
-}
-
 // free releases the registrations first: the peers unmap before the
 // memory under them goes back to the space.
-func (r *rankRunner) free(ctx context.Context) error {
-	var errs []error
-	for _, rel := range r.release {
-		errs = append(errs, rel(ctx))
-	}
-	r.release = nil
-	if !r.cfg.register {
-		errs = append(errs, r.rk.Space.Free(r.send), r.rk.Space.Free(r.recv))
-	}
-	return errors.Join(errs...)
-}
+func (r *rankRunner) free(ctx context.Context) error { return r.bufs.Free(ctx) }
 
 // runCases runs the matrix. Its error is fatal (a call failed); wrong
 // results are counted, not returned.
