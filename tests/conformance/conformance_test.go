@@ -294,49 +294,56 @@ func (s *regSpace) Fill(b membuf.Buffer, off, n int, v byte) error {
 }
 
 func TestRegisterAllocatesThroughTheCommunicator(t *testing.T) {
-	cfg, err := parseConfig([]string{"--register", "--counts", "0,5,100", "--colls", "broadcast,all_gather", "--types", "int32,float64"})
-	require.NoError(t, err)
-	require.True(t, cfg.register)
 	g := checktest.NewGroup(3)
-	comms := make([]*registering, 3)
-	ranks := make([]bench.Rank, 3)
-	for r := range ranks {
-		sp := &regSpace{Host: membuf.NewHost(), bufs: map[uintptr]membuf.Buffer{}}
-		comms[r] = &registering{Comm: g.Rank(r), space: sp}
-		ranks[r] = bench.Rank{Comm: comms[r], Space: sp}
+	cases := []struct {
+		name string
+		args []string
+		// rank makes rank r's communicator and space; early, where the
+		// space counts them, the buffers it freed while still registered.
+		rank func(r int) (c *registering, rk bench.Rank, early func() int)
+	}{
+		{"--register: from the communicator's Alloc",
+			[]string{"--register", "--counts", "0,5,100", "--colls", "broadcast,all_gather", "--types", "int32,float64"},
+			func(r int) (*registering, bench.Rank, func() int) {
+				sp := &regSpace{Host: membuf.NewHost(), bufs: map[uintptr]membuf.Buffer{}}
+				c := &registering{Comm: g.Rank(r), space: sp}
+				return c, bench.Rank{Comm: c, Space: sp}, nil
+			}},
+		// The rank's own buffers, registered, then released before the
+		// space frees them.
+		{"--register-user: the rank's own buffers, registered",
+			[]string{"--register-user", "--counts", "0,5,100", "--colls", "all_reduce,all_gather", "--types", "int32,float64"},
+			func(r int) (*registering, bench.Rank, func() int) {
+				c := &registering{Comm: g.Rank(r), regd: map[uintptr]bool{}}
+				sp := &userSpace{Host: membuf.NewHost(), c: c}
+				return c, bench.Rank{Comm: c, Space: sp}, func() int { return sp.early }
+			}},
 	}
-	var out, errOut bytes.Buffer
-	code := runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &errOut, nil)
-	require.Equal(t, 0, code, "%s\n%s", out.String(), errOut.String())
-	assert.Contains(t, out.String(), " 0 failed\n")
-	for r, c := range comms {
-		// send: 100 float64 + guard; recv: 3 ranks' worth + guard.
-		assert.Equal(t, []int{800 + guard, 3*800 + guard}, c.sizes, "rank %d: symmetric sizes, send then recv", r)
-		assert.Zero(t, c.live, "rank %d: every registered buffer released", r)
-		assert.Equal(t, 2, c.released)
-	}
-
-	// --register-user: the rank's own buffers, registered, then released
-	// before the space frees them.
-	cfg, err = parseConfig([]string{"--register-user", "--counts", "0,5,100", "--colls", "all_reduce,all_gather", "--types", "int32,float64"})
-	require.NoError(t, err)
-	require.True(t, cfg.regUser)
-	spaces := make([]*userSpace, 3)
-	for r := range ranks {
-		comms[r] = &registering{Comm: g.Rank(r), regd: map[uintptr]bool{}}
-		spaces[r] = &userSpace{Host: membuf.NewHost(), c: comms[r]}
-		ranks[r] = bench.Rank{Comm: comms[r], Space: spaces[r]}
-	}
-	out.Reset()
-	errOut.Reset()
-	code = runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &errOut, nil)
-	require.Equal(t, 0, code, "%s\n%s", out.String(), errOut.String())
-	assert.Contains(t, out.String(), " 0 failed\n")
-	for r, c := range comms {
-		assert.Equal(t, []int{800 + guard, 3*800 + guard}, c.sizes, "rank %d: symmetric sizes, send then recv", r)
-		assert.Zero(t, c.live, "rank %d: every registration released", r)
-		assert.Equal(t, 2, c.released)
-		assert.Zero(t, spaces[r].early, "rank %d: a buffer freed while registered", r)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseConfig(tc.args)
+			require.NoError(t, err)
+			require.True(t, cfg.register || cfg.regUser)
+			comms := make([]*registering, 3)
+			ranks := make([]bench.Rank, 3)
+			early := make([]func() int, 3)
+			for r := range ranks {
+				comms[r], ranks[r], early[r] = tc.rank(r)
+			}
+			var out, errOut bytes.Buffer
+			code := runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &errOut, nil)
+			require.Equal(t, 0, code, "%s\n%s", out.String(), errOut.String())
+			assert.Contains(t, out.String(), " 0 failed\n")
+			for r, c := range comms {
+				// send: 100 float64 + guard; recv: 3 ranks' worth + guard.
+				assert.Equal(t, []int{800 + guard, 3*800 + guard}, c.sizes, "rank %d: symmetric sizes, send then recv", r)
+				assert.Zero(t, c.live, "rank %d: every registration released", r)
+				assert.Equal(t, 2, c.released)
+				if early[r] != nil {
+					assert.Zero(t, early[r](), "rank %d: a buffer freed while registered", r)
+				}
+			}
+		})
 	}
 
 	// A communicator that cannot register is a usage error, not a pass (one
