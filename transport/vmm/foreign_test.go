@@ -21,13 +21,15 @@ import (
 const userBuf = 1 << 20
 
 // allocBoth gives rank r memory of both kinds: an Alloc of m's (1 MiB) and
-// a user's cuMemAlloc buffer of userBuf bytes.
-func allocBoth(ctx context.Context, fake *cudatest.Fake, r int, m *Mapper) (*transport.Region, cuda.DevicePtr, error) {
+// a user's cuMemAlloc buffer of userBuf bytes, kept in bufs[r] for
+// freeUserBufs.
+func allocBoth(ctx context.Context, fake *cudatest.Fake, r int, m *Mapper, bufs []cuda.DevicePtr) (*transport.Region, cuda.DevicePtr, error) {
 	a, err := m.Alloc(ctx, 1<<20)
 	if err != nil {
 		return nil, 0, err
 	}
 	buf, err := fake.MemAlloc(cudatest.Ctx(r), userBuf)
+	bufs[r] = buf
 	return a, buf, err
 }
 
@@ -145,11 +147,10 @@ func TestRegisterMixedRoutesFails(t *testing.T) {
 			n := tc.n
 			bufs := make([]cuda.DevicePtr, n)
 			errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
-				a, buf, err := allocBoth(ctx, fake, r, m)
+				a, buf, err := allocBoth(ctx, fake, r, m, bufs)
 				if err != nil {
 					return err
 				}
-				bufs[r] = buf
 				ptr := a.Local + 128
 				if tc.foreign[r] {
 					ptr = uintptr(buf) + 128
@@ -231,11 +232,10 @@ func TestRegisterForeignFailures(t *testing.T) {
 			}
 			bufs := make([]cuda.DevicePtr, n)
 			errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
-				a, buf, err := allocBoth(ctx, fake, r, m)
+				a, buf, err := allocBoth(ctx, fake, r, m, bufs)
 				if err != nil {
 					return err
 				}
-				bufs[r] = buf
 				ptr, size := uintptr(buf), uint64(64)
 				if r == bad {
 					ptr, size = tc.ptr(buf, a), tc.size
