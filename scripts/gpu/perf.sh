@@ -40,60 +40,60 @@ run() {
 }
 
 MODE=${1:-full}
-if [ "$MODE" = mid ]; then
-  M=(-b 256K -e 32M -f 2 -n 20 -w 5)
-  # Graph runs as in full mode: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
-  run all_reduce_mid_graph all_reduce "${M[@]}" -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
-  run all_reduce_mid all_reduce "${M[@]}" -- --coll all_reduce "${M[@]}"
-  run all_reduce_mid_bf16_graph all_reduce "${M[@]}" -d bfloat16 -G 20 -- --coll all_reduce "${M[@]}" -n 100 -d bfloat16 --graph 20
-fi
-if [ "$MODE" = huge ]; then
-  H=(-b 1G -e 2G -f 2 -n 10 -w 3)
-  for c in all_reduce reduce_scatter; do
-    run "${c}_huge" "$c" "${H[@]}" -- --coll "$c" "${H[@]}"
-  done
-  for c in broadcast all_gather; do
-    run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
-  done
-fi
-if [ "$MODE" = regred ]; then
-  # AllReduce and ReduceScatter with both buffers registered (-R 2): the
-  # copy engines' direct mode from its thresholds, out of place (in place
-  # the kernels). NCCL runs with its own buffers (torch.distributed
-  # registers none).
-  run all_reduce_reg all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -R 2 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
-  run all_reduce_reg_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -R 2 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
-  run reduce_scatter_reg reduce_scatter -b 8 -e "$MAX" -f 4 -n 20 -w 5 -R 2 -- --coll reduce_scatter -b 8 -e "$MAX" -f 4 -n 20 -w 5
-fi
-if [ "$MODE" = huge ]; then
-  H=(-b 1G -e 2G -f 2 -n 10 -w 3)
-  for c in all_reduce reduce_scatter; do
-    run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
-  done
-fi
-if [ "$MODE" != reg ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ] && [ "$MODE" != user ]; then
-  run all_reduce_eager all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5
+# The runs of each mode, in order.
+E=(-b 8 -e "$MAX" -f 4 -n 20 -w 5)
+allreduce_eager() {
+  run all_reduce_eager all_reduce "${E[@]}" -- --coll all_reduce "${E[@]}"
   run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
-  run all_reduce_bf16 all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16 -- --coll all_reduce -b 8 -e "$MAX" -f 4 -n 20 -w 5 -d bfloat16
-fi
-if [ "$MODE" = full ]; then
-  for c in broadcast all_gather reduce_scatter; do
-    run "$c" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
-  done
-fi
-if [ "$MODE" = user ]; then
-  U=(-b "${PERF_MIN:-128M}" -e "$MAX" -f 2 -n 20 -w 5)
-  for c in ${PERF_COLLS:-all_reduce reduce_scatter broadcast all_gather}; do
-    run "${c}_user" "$c" "${U[@]}" -R 1 -- --coll "$c" "${U[@]}"
-  done
-fi
-if [ "$MODE" != quick ] && [ "$MODE" != huge ] && [ "$MODE" != regred ] && [ "$MODE" != mid ] && [ "$MODE" != user ]; then
-  # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
-  # NCCL runs as above (eager, its own buffers).
+  run all_reduce_bf16 all_reduce "${E[@]}" -d bfloat16 -- --coll all_reduce "${E[@]}" -d bfloat16
+}
+# Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
+# NCCL runs as above (eager, its own buffers).
+bcast_gather_reg() {
   for c in broadcast all_gather; do
-    run "${c}_reg" "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -R 2 -- --coll "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5
+    run "${c}_reg" "$c" "${E[@]}" -R 2 -- --coll "$c" "${E[@]}"
   done
-fi
+}
+case $MODE in
+  full)
+    allreduce_eager
+    for c in broadcast all_gather reduce_scatter; do
+      run "$c" "$c" "${E[@]}" -- --coll "$c" "${E[@]}"
+    done
+    bcast_gather_reg ;;
+  quick) allreduce_eager ;;
+  reg) bcast_gather_reg ;;
+  regred)
+    # AllReduce and ReduceScatter with both buffers registered (-R 2): the
+    # copy engines' direct mode from its thresholds, out of place (in place
+    # the kernels). NCCL runs with its own buffers (torch.distributed
+    # registers none).
+    run all_reduce_reg all_reduce "${E[@]}" -R 2 -- --coll all_reduce "${E[@]}"
+    run all_reduce_reg_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -R 2 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
+    run reduce_scatter_reg reduce_scatter "${E[@]}" -R 2 -- --coll reduce_scatter "${E[@]}" ;;
+  huge)
+    H=(-b 1G -e 2G -f 2 -n 10 -w 3)
+    for c in all_reduce reduce_scatter; do
+      run "${c}_huge" "$c" "${H[@]}" -- --coll "$c" "${H[@]}"
+    done
+    for c in broadcast all_gather all_reduce reduce_scatter; do
+      run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
+    done ;;
+  mid)
+    M=(-b 256K -e 32M -f 2 -n 20 -w 5)
+    # Graph runs as in full mode: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
+    run all_reduce_mid_graph all_reduce "${M[@]}" -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
+    run all_reduce_mid all_reduce "${M[@]}" -- --coll all_reduce "${M[@]}"
+    run all_reduce_mid_bf16_graph all_reduce "${M[@]}" -d bfloat16 -G 20 -- --coll all_reduce "${M[@]}" -n 100 -d bfloat16 --graph 20 ;;
+  user)
+    U=(-b "${PERF_MIN:-128M}" -e "$MAX" -f 2 -n 20 -w 5)
+    for c in ${PERF_COLLS:-all_reduce reduce_scatter broadcast all_gather}; do
+      run "${c}_user" "$c" "${U[@]}" -R 1 -- --coll "$c" "${U[@]}"
+    done ;;
+  *)
+    echo "usage: perf.sh [full|quick|reg|regred|huge|mid|user]" >&2
+    exit 2 ;;
+esac
 echo
 for f in "$D"/goccl_*.json; do
   name=$(basename "$f" .json); name=${name#goccl_}
