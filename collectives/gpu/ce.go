@@ -271,13 +271,13 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 }
 
 func (be *Backend) ceAllGather(c *ceArgs, seq uint32) error {
-	if err := be.ceFork(c); err != nil {
-		return err
-	}
 	if err := be.ceSignal(c.s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
+		return err
+	}
+	if err := be.ceFork(c); err != nil {
 		return err
 	}
 	if err := be.copyToPeers(c, uintptr(be.rank)*uintptr(c.bytes), 0); err != nil {
@@ -299,10 +299,10 @@ func (be *Backend) ceBroadcast(c *ceArgs, root int, seq uint32) error {
 		}
 		return be.ceWait(c.s, ceSigDoneOff, seq, root)
 	}
-	if err := be.ceFork(c); err != nil {
+	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
+	if err := be.ceFork(c); err != nil {
 		return err
 	}
 	if err := be.copyToPeers(c, 0, 0); err != nil {
@@ -361,7 +361,10 @@ func (be *Backend) ceWait(s cuda.Stream, off uintptr, seq uint32, only int) erro
 }
 
 // ceFork starts the local copy on the side stream once the user's stream
-// has reached this call.
+// has passed this call's ready wait. Forked any earlier, the local copy
+// takes the copy engines first and the peer copies queued behind it run
+// slower: on 2x H200 an AllGather of 128 MiB out of place took 196 us with
+// the fork before ready, 190 after it, as in place (probe ipcev).
 func (be *Backend) ceFork(c *ceArgs) error {
 	if !c.local || c.bytes == 0 {
 		return nil

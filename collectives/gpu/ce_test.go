@@ -145,15 +145,16 @@ func TestCEAllGatherEnqueuesCopiesAndFlags(t *testing.T) {
 						Send: send, Recv: recv[me], Count: tc.count, Type: collectives.Float32, Stream: uintptr(userStream)}))
 
 					var want []fakeOp
-					if !tc.inPlace {
-						want = append(want, forkOps(be, slot, send, bytes, uint64(call))...)
-					}
 					peers := rotated(me, tc.n)
 					for _, p := range peers {
 						want = append(want, fakeOp{kind: "write", stream: userStream, dst: readyFlag(p, me), val: call})
 					}
 					for _, p := range peers {
 						want = append(want, fakeOp{kind: "wait", stream: userStream, dst: readyFlag(me, p), val: call, geq: true})
+					}
+					if !tc.inPlace {
+						// The local copy forks after ready, behind the peer copies' claim on the engines.
+						want = append(want, forkOps(be, slot, send, bytes, uint64(call))...)
 					}
 					for _, p := range peers {
 						want = append(want, fakeOp{kind: "copy", stream: userStream,
@@ -198,12 +199,12 @@ func TestCEBroadcastEnqueuesCopiesAndFlags(t *testing.T) {
 							{kind: "wait", stream: userStream, dst: sigDoneFlag(me, root), val: 1, geq: true},
 						}
 					} else {
-						if !inPlace {
-							want = append(want, forkOps(be, recv[me], send, count, 1)...)
-						}
 						peers := rotated(me, n)
 						for _, p := range peers {
 							want = append(want, fakeOp{kind: "wait", stream: userStream, dst: readyFlag(me, p), val: 1, geq: true})
+						}
+						if !inPlace {
+							want = append(want, forkOps(be, recv[me], send, count, 1)...)
 						}
 						for _, p := range peers {
 							want = append(want, fakeOp{kind: "copy", stream: userStream, dst: rankAddr(regBase0, p), src: send, n: count})

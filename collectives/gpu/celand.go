@@ -47,8 +47,9 @@ import (
 // half):
 //
 //	root, user:       copy the first landBytes -> my slot, half h, in p's
-//	                  area; wait ready; copy the rest into p's receive
-//	                  buffer; join side (the local copy, out of place)
+//	                  area; wait ready; fork side (the local copy, out of
+//	                  place); copy the rest into p's receive buffer; join
+//	                  side
 //	root, signal:     after the landing copies, write sigData[root] = seq
 //	                  into p's flags; after the rest, sigDone[root] = seq
 //	p, user:          write ready; wait sigDone; join side
@@ -90,9 +91,6 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		}
 		return be.joinInto(c.s, ce.side, ce.join)
 	}
-	if err := be.ceFork(c); err != nil {
-		return err
-	}
 	for i := 1; i < be.nranks; i++ {
 		p := (be.rank + i) % be.nranks
 		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(be.landAt(p, root, c.half)), cuda.DevicePtr(c.src), c.land, c.s); err != nil {
@@ -103,6 +101,9 @@ func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
 		return err
 	}
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
+		return err
+	}
+	if err := be.ceFork(c); err != nil {
 		return err
 	}
 	if err := be.copyToPeers(c, 0, c.land); err != nil {

@@ -180,15 +180,15 @@ func TestCELandingEnqueuesCopiesAndFlags(t *testing.T) {
 							want = append(want, joinSide...)
 						} else {
 							peers := rotated(me, n)
-							if !inPlace {
-								want = append(want, forkOps(be, recv[me], send, bytes, rec)...)
-							}
 							for _, p := range peers {
 								want = append(want, fakeOp{kind: "copy", stream: userStream, dst: be.landAt(p, me, h), src: send, n: land})
 							}
 							want = append(want, signalOps(be, peers, func(p int) uintptr { return sigDataFlag(p, me) }, call, 2*rec-1)...)
 							for _, p := range peers {
 								want = append(want, fakeOp{kind: "wait", stream: userStream, dst: readyFlag(me, p), val: call, geq: true})
+							}
+							if !inPlace {
+								want = append(want, forkOps(be, recv[me], send, bytes, rec)...)
 							}
 							for _, p := range peers {
 								want = append(want, fakeOp{kind: "copy", stream: userStream,

@@ -5,7 +5,9 @@
 # scripts/gpu/build.sh:
 #   AB_ROUNDS=2 bash scripts/gpu/ab.sh 'broadcast -b 128M -e 512M -f 2 -R 1' \
 #     'off:GOCCL_TUNE=celand=0' 'on:'
-# Each setting is LABEL:ENV=VALUE,... (commas inside a value as \,). Prints,
+# Each setting is LABEL:ENV=VALUE,... (commas inside a value as \,);
+# GOCCL_GPU_BIN=DIR in a setting runs DIR/goccl instead of .gpu's, so that
+# two builds can be compared ('old:GOCCL_GPU_BIN=.gpu-old' 'new:'). Prints,
 # last, one line per (bench, setting, size): the rounds' in-place and
 # out-of-place busbw, and logs every run under $OUT/ab.
 set -u
@@ -25,9 +27,13 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
       rest=${rest#,}
       envs+=("$(printf '%s' "$kv" | sed 's/\\,/,/g')")
     done
+    bin=$B
+    for kv in "${envs[@]}"; do
+      case $kv in GOCCL_GPU_BIN=*) bin=${kv#*=} ;; esac
+    done
     log="$LOGS/$(echo "$args $label r$round" | tr -c 'A-Za-z0-9=._-' _).log"
     # shellcheck disable=SC2086
-    env "${envs[@]}" timeout -k 5 120 "$B/goccl" run -np 2 "$B/goccl" bench $args --backend "${AB_BACKEND:-gpu}" -c 0 >"$log" 2>&1 \
+    env "${envs[@]}" timeout -k 5 120 "$bin/goccl" run -np 2 "$bin/goccl" bench $args --backend "${AB_BACKEND:-gpu}" -c 0 >"$log" 2>&1 \
       || { rows+=("$(printf '%-36s %-18s FAILED rc=%s' "$args" "$label" "$?")"); tail -5 "$log"; continue; }
     while read -r size oop ip; do
       rows+=("$(printf '%-36s %-18s %11s r%s  oop %7s  ip %7s GB/s' "$args" "$label" "$size" "$round" "$oop" "$ip")")
