@@ -12,16 +12,7 @@
 
 #include <cuda.h>
 
-#define CKD(x)                                                             \
-  do {                                                                     \
-    CUresult r_ = (x);                                                     \
-    if (r_ != CUDA_SUCCESS) {                                              \
-      const char* s_ = nullptr;                                            \
-      cuGetErrorString(r_, &s_);                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);      \
-      exit(1);                                                             \
-    }                                                                      \
-  } while (0)
+#include "check.cuh"
 
 __global__ void touch(unsigned* p, unsigned v) { *p = v; }
 

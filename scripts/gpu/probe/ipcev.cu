@@ -29,24 +29,7 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
-#define CKD(x)                                                        \
-  do {                                                                \
-    CUresult r_ = (x);                                                \
-    if (r_ != CUDA_SUCCESS) {                                         \
-      const char* s_ = nullptr;                                       \
-      cuGetErrorString(r_, &s_);                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_); \
-      exit(1);                                                        \
-    }                                                                 \
-  } while (0)
+#include "check.cuh"
 
 constexpr size_t MiB = 1 << 20;
 constexpr int kRing = 8;
@@ -57,9 +40,13 @@ constexpr int kRing = 8;
 // between ready and the peer copy, joined before done: by a copy engine or
 // by an SM kernel; and by a copy engine in goccl's order (forked before
 // ready, joined after the done wait) and forked after ready but joined late.
-constexpr int kModes = 8;
+// Last, no handshake again, each call's copy in 4 chunks on one stream, and
+// alternating between two (do chunk boundaries cost less when the next
+// copy is queued on another engine?).
+constexpr int kModes = 10;
 const char* kModeNames[kModes] = {"flags",         "events",        "done only",     "no sync",
-                                  "oop, CE local", "oop, SM local", "oop, CE early", "oop, CE late"};
+                                  "oop, CE local", "oop, SM local", "oop, CE early", "oop, CE late",
+                                  "4 chunks",      "4 chunks, 2 streams"};
 enum { kReady, kDone, kKinds };
 
 // Shared between the two processes (mapped before fork).
@@ -170,13 +157,17 @@ int run(int g, int sock, Shared* sh) {
     for (int mode = 0; mode < kModes; mode++) {
       // Poison ours, fill our half (and our input, out of place).
       CK(cudaMemsetAsync(out, 0xff, maxBytes, s));
-      if (mode < 4) fillv<<<264, 512, 0, s>>>(out + g * half / 4, half / 4, 7 + g);
+      if (!oopMode) fillv<<<264, 512, 0, s>>>(out + g * half / 4, half / 4, 7 + g);
       fillv<<<264, 512, 0, s>>>(in, half / 4, 7 + g);
       CK(cudaStreamSynchronize(s));
       host_barrier(sh, g, gen);
-      const bool oop = mode >= 4 && half;
+      const bool oopMode = mode >= 4 && mode <= 7;
+      const bool oop = oopMode && half;
       const bool early = mode == 6;             // fork before ready
       const bool late = mode == 6 || mode == 7;  // join after the done wait
+      const bool readyF = mode == 0 || oopMode, doneF = mode == 0 || mode == 2 || oopMode;
+      const int chunks = mode >= 8 ? 4 : 1;
+      const bool alt = mode == 9;  // chunks alternate between two streams
       auto local = [&]() {
         CK(cudaEventRecord(fork, s));
         CK(cudaStreamWaitEvent(side, fork, 0));
@@ -189,13 +180,24 @@ int run(int g, int sock, Shared* sh) {
       auto call = [&]() {
         fseq++;
         if (oop && early) local();
-        if (mode == 0 || mode >= 4) fl_sync(kReady);
+        if (readyF) fl_sync(kReady);
         if (mode == 1) ev_sync(kReady);
         if (oop && !early) local();
-        const unsigned* src = mode >= 4 ? in : out + g * half / 4;
-        if (half) CK(cudaMemcpyAsync(pout + g * half / 4, src, half, cudaMemcpyDeviceToDevice, s));
+        const unsigned* src = oopMode ? in : out + g * half / 4;
+        if (alt && half) {
+          CK(cudaEventRecord(fork, s));
+          CK(cudaStreamWaitEvent(side, fork, 0));
+        }
+        const size_t piece = half / chunks;
+        for (int j = 0; j < chunks && half; j++)
+          CK(cudaMemcpyAsync(pout + (g * half + j * piece) / 4, src + j * piece / 4, piece, cudaMemcpyDeviceToDevice,
+                             alt && j % 2 ? side : s));
+        if (alt && half) {
+          CK(cudaEventRecord(join, side));
+          CK(cudaStreamWaitEvent(s, join, 0));
+        }
         if (oop && !late) CK(cudaStreamWaitEvent(s, join, 0));
-        if (mode == 0 || mode == 2 || mode >= 4) fl_sync(kDone);
+        if (doneF) fl_sync(kDone);
         if (mode == 1) ev_sync(kDone);
         if (oop && late) CK(cudaStreamWaitEvent(s, join, 0));
       };
