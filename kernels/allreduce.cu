@@ -83,5 +83,5 @@ __device__ void allreduce_twoshot(const Params& p) {
 
 }  // namespace goccl
 
-GOCCL_KERNELS(allreduce_oneshot, allreduce_oneshot)
-GOCCL_KERNELS(allreduce_twoshot, allreduce_twoshot)
+GOCCL_KERNELS(allreduce_oneshot)
+GOCCL_KERNELS(allreduce_twoshot)

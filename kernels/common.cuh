@@ -399,20 +399,20 @@ __device__ __forceinline__ u64 chunk_elems(u64 total, u64 slotBytes, u64 elem) {
   X(__VA_ARGS__, f16, goccl::f16) X(__VA_ARGS__, bf16, goccl::bf16)             \
   X(__VA_ARGS__, f32, float) X(__VA_ARGS__, f64, double)
 
-// GOCCL_KERNEL defines the exported kernel goccl_<prefix>_<tname>_<opname>,
+// GOCCL_KERNEL defines the exported kernel goccl_<fn>_<tname>_<opname>,
 // which runs goccl::fn<T, Op>. Its first act is grid_dep_sync (prims.cuh):
 // the backend launches kernels that may start while the previous one on
 // the stream is still running.
-#define GOCCL_KERNEL(prefix, fn, opname, Op, tname, T)                                  \
-  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                         \
-      goccl_##prefix##_##tname##_##opname(goccl::Params p) {                           \
-    goccl::grid_dep_sync();                                                             \
-    goccl::fn<T, goccl::Op>(p);                                                         \
+#define GOCCL_KERNEL(fn, opname, Op, tname, T)                                      \
+  extern "C" __global__ void __launch_bounds__(goccl::kThreads)                     \
+      goccl_##fn##_##tname##_##opname(goccl::Params p) {                            \
+    goccl::grid_dep_sync();                                                         \
+    goccl::fn<T, goccl::Op>(p);                                                     \
   }
-// GOCCL_KERNELS defines goccl_<prefix>_<type>_<op> for every type and op.
-#define GOCCL_KERNELS(prefix, fn)                            \
-  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, sum, OpSum)          \
-  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, prod, OpProd)        \
-  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, min, OpMin)          \
-  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, max, OpMax)          \
-  GOCCL_TYPES(GOCCL_KERNEL, prefix, fn, avg, OpAvg)
+// GOCCL_KERNELS defines goccl_<fn>_<type>_<op> for every type and op.
+#define GOCCL_KERNELS(fn)                        \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, sum, OpSum)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, prod, OpProd)    \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, min, OpMin)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, max, OpMax)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, avg, OpAvg)

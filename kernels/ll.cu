@@ -113,4 +113,4 @@ __device__ void allreduce_ll(const Params& p) {
 
 }  // namespace goccl
 
-GOCCL_KERNELS(allreduce_ll, allreduce_ll)
+GOCCL_KERNELS(allreduce_ll)

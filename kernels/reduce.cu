@@ -59,5 +59,5 @@ __device__ void reducescatter_oneshot(const Params& p) {
 
 }  // namespace goccl
 
-GOCCL_KERNELS(reduce_oneshot, reduce_oneshot)
-GOCCL_KERNELS(reducescatter_oneshot, reducescatter_oneshot)
+GOCCL_KERNELS(reduce_oneshot)
+GOCCL_KERNELS(reducescatter_oneshot)
