@@ -155,13 +155,13 @@ int run(int g, int sock, Shared* sh) {
   for (size_t bytes : sizes) {
     const size_t half = bytes / 2;
     for (int mode = 0; mode < kModes; mode++) {
+      const bool oopMode = mode >= 4 && mode <= 7;
       // Poison ours, fill our half (and our input, out of place).
       CK(cudaMemsetAsync(out, 0xff, maxBytes, s));
       if (!oopMode) fillv<<<264, 512, 0, s>>>(out + g * half / 4, half / 4, 7 + g);
       fillv<<<264, 512, 0, s>>>(in, half / 4, 7 + g);
       CK(cudaStreamSynchronize(s));
       host_barrier(sh, g, gen);
-      const bool oopMode = mode >= 4 && mode <= 7;
       const bool oop = oopMode && half;
       const bool early = mode == 6;             // fork before ready
       const bool late = mode == 6 || mode == 7;  // join after the done wait
