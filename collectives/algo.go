@@ -75,12 +75,15 @@ var DefaultThresholds = Thresholds{
 	TwoShotPair: 16 << 20,
 	LL:          [NumCollectives]int64{AllReduce: 512 << 10},
 	// The copy engines from where they pass the kernels on 2x H200
-	// (docs/perf.md): the reductions in direct mode (the only one the
-	// thresholds take by default; session 6: AllReduce level at 128 MiB
-	// and ahead from 256; ReduceScatter behind at 256 MiB, ahead from
-	// 512), Broadcast through its landing area (session 8: 360 against 356
-	// GB/s at 32 MiB, 377 against 362 at 64; behind at 16).
-	CopyEngine: [NumCollectives]int64{Broadcast: 32 << 20, AllGather: 32 << 20, AllReduce: 128 << 20, Reduce: never, ReduceScatter: 512 << 20},
+	// (docs/perf.md), in bytes of each rank's Count, which for a
+	// ReduceScatter is its output, half of nccl-tests' size at 2 ranks:
+	// the reductions in direct mode (the only one the thresholds take by
+	// default; session 6: AllReduce level at 128 MiB and ahead from 256;
+	// session 9: ReduceScatter behind at an output of 128 MiB, 342
+	// against 352 GB/s, ahead from 256 MiB, 364 against 357), Broadcast
+	// through its landing area (session 8: 360 against 356 GB/s at 32
+	// MiB, 377 against 362 at 64; behind at 16).
+	CopyEngine: [NumCollectives]int64{Broadcast: 32 << 20, AllGather: 32 << 20, AllReduce: 128 << 20, Reduce: never, ReduceScatter: 256 << 20},
 }
 
 // Choose picks the algorithm for one call from the collective, the bytes of

@@ -114,8 +114,8 @@ func TestDefaultThresholds(t *testing.T) {
 		{AllReduce, 512 << 10, LL},
 		{AllReduce, 128<<20 - 1, TwoShot},
 		{AllReduce, 128 << 20, CopyEngine},
-		{ReduceScatter, 512<<20 - 1, OneShot},
-		{ReduceScatter, 1 << 30, CopyEngine},
+		{ReduceScatter, 256<<20 - 1, OneShot},
+		{ReduceScatter, 256 << 20, CopyEngine},
 		{Reduce, 1 << 30, OneShot},
 	}
 	for _, tc := range cases {
