@@ -109,8 +109,8 @@ func TestDefaultThresholds(t *testing.T) {
 	}{
 		{Broadcast, 32<<20 - 1, OneShot},
 		{Broadcast, 32 << 20, CopyEngine},
-		{AllGather, 32<<20 - 1, OneShot},
-		{AllGather, 32 << 20, CopyEngine},
+		{AllGather, 64<<20 - 1, OneShot},
+		{AllGather, 64 << 20, CopyEngine},
 		{AllReduce, 512 << 10, LL},
 		{AllReduce, 128<<20 - 1, TwoShot},
 		{AllReduce, 128 << 20, CopyEngine},
