@@ -463,7 +463,7 @@ func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) e
 	}
 	be.prm.setCall(a.Send+at, recv, pl.length(a, be.rank), 0, int(pl.es))
 	be.prm.setCE(pl.chunks, pl.chunk, seq, pl.depth, false)
-	return be.launchCE(a, cuda.Stream(a.Stream), be.tune.ceGrid)
+	return be.launchCE(a, cuda.Stream(a.Stream))
 }
 
 // launchChunk launches, in direct mode, the kernel for chunk i of this
@@ -473,9 +473,7 @@ func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) e
 // Launched this way no kernel spins on an SM while the copies run (one
 // spinning kernel for the whole call measured 330-343 GB/s at 1 GiB, these
 // 363-376: docs/perf.md); the launches queue on the stream ahead of time,
-// so the next chunk's kernel starts as soon as its data has landed. The
-// last chunk's kernel, which no copy overlaps, takes ceGridLast blocks, the
-// others ceGrid, which leaves the copies running beside them more room.
+// so the next chunk's kernel starts as soon as its data has landed.
 func (be *Backend) launchChunk(a *collectives.Args, pl *cePlan, seq, i uint32, lo, n uint64) error {
 	at := uintptr((uint64(be.rank)*pl.piece + lo) * pl.es)
 	recv := a.Recv + uintptr(lo*pl.es)
@@ -484,16 +482,12 @@ func (be *Backend) launchChunk(a *collectives.Args, pl *cePlan, seq, i uint32, l
 	}
 	be.prm.setCall(a.Send+at, recv, n, 0, int(pl.es))
 	be.prm.setCE(1, n, seq+i, 1, true)
-	grid := be.tune.ceGrid
-	if lo+n == pl.length(a, be.rank) {
-		grid = be.tune.ceGridLast
-	}
-	return be.launchCE(a, be.ce.red[redLand], grid)
+	return be.launchCE(a, be.ce.red[redLand])
 }
 
-func (be *Backend) launchCE(a *collectives.Args, s cuda.Stream, grid int) error {
+func (be *Backend) launchCE(a *collectives.Args, s cuda.Stream) error {
 	cfg := cuda.LaunchConfig{
-		Grid:   cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
+		Grid:   cuda.Dim3{X: uint32(be.tune.ceGrid), Y: 1, Z: 1},
 		Block:  cuda.Dim3{X: threads, Y: 1, Z: 1},
 		Stream: s,
 	}

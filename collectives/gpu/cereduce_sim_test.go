@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -291,33 +290,6 @@ func TestCEDirectPlan(t *testing.T) {
 			lo, n := pl.span(&a, r, i)
 			assert.Equal(t, want[i], [2]uint64{lo, n}, "rank %d chunk %d", r, i)
 		}
-	}
-}
-
-// In direct mode the kernel of a piece's last chunk, which no copy
-// overlaps, takes cegridlast blocks and every other chunk's cegrid.
-func TestCEDirectLastChunkGrid(t *testing.T) {
-	t.Setenv(EnvTune, "slot=16,cechunk=1K,cefloor.all_reduce=1K,cefloor.reduce_scatter=1K,"+
-		"ce.all_reduce=0,ce.reduce_scatter=0,cegrid=16,cegridlast=100")
-	for _, coll := range []collectives.Collective{collectives.AllReduce, collectives.ReduceScatter} {
-		t.Run(coll.String(), func(t *testing.T) {
-			bes, drvs, recv, send := newDirectBackends(t)
-			require.Equal(t, "ce", path(t, bes, drvs, func(r int) collectives.Args {
-				return collectives.Args{Coll: coll, Send: send[r], Recv: recv[r], Count: 20002,
-					Type: collectives.Int32, Op: collectives.Sum, Stream: uintptr(userStream)}
-			}))
-			for r := range 2 {
-				require.True(t, directFlag(t, drvs[r]), "rank %d", r)
-				ls := drvs[r].launches
-				require.Greater(t, len(ls), 2, "rank %d: chunks", r)
-				var got []uint32
-				for _, l := range ls {
-					got = append(got, l.cfg.Grid.X)
-				}
-				want := slices.Repeat([]uint32{16}, len(ls)-1)
-				assert.Equal(t, append(want, 100), got, "rank %d", r)
-			}
-		})
 	}
 }
 

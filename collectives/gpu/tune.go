@@ -15,8 +15,7 @@ import (
 // list of key=value, sizes in nccl-tests' spelling, e.g.
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
 // llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
-// cegrid, cegridlast, cedirect (0 or 1) and cefloor.<coll> (copy-engine
-// reductions),
+// cegrid, cedirect (0 or 1) and cefloor.<coll> (copy-engine reductions),
 // celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
@@ -42,14 +41,12 @@ type tuning struct {
 	// The copy-engine reductions (cereduce.go): the most bytes per chunk
 	// through staging (less where the staging holds fewer than two per
 	// source), the smallest chunk in direct mode per collective, the
-	// reducing kernel's blocks (ceGridLast for a direct mode's last chunk,
-	// which nothing overlaps), whether direct mode may run, and which
+	// reducing kernel's blocks, whether direct mode may run, and which
 	// collectives were given a threshold explicitly (the staging mode runs
 	// only then or when forced).
 	ceChunk    int64
 	ceFloor    [collectives.NumCollectives]int64
 	ceGrid     int
-	ceGridLast int
 	ceDirect   bool
 	ceExplicit [collectives.NumCollectives]bool
 	// ceLand is the landing area per source and half of the copy-engine
@@ -71,9 +68,6 @@ const (
 	// room than 128 (direct mode at 256 MiB - 1 GiB: AllReduce +1-1.5
 	// GB/s, ReduceScatter +1.5 at 1 GiB; 32 about as 64).
 	defaultCEGrid = 64
-	// A direct mode's last chunk is reduced after the last copy, with the
-	// link idle, so it takes every block it may.
-	defaultCEGridLast = maxBlocks
 	// The landing slots of one half, all sources together: at 2 ranks 8
 	// MiB take the copy engines about 21 us on 2x H200, longer than the
 	// done and ready handshakes between two Broadcasts (celand.go); with
@@ -109,7 +103,6 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		llBlock:    defaultLLBlock,
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,
-		ceGridLast: defaultCEGridLast,
 		ceDirect:   true,
 		ceLand:     defaultCELandHalf / int64(max(nranks-1, 1)) &^ 15,
 		pdl:        true,
@@ -119,7 +112,6 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg
 		t.ceGrid = min(t.ceGrid, maxBlocksCfg)
-		t.ceGridLast = min(t.ceGridLast, maxBlocksCfg)
 	}
 	return t
 }
@@ -150,7 +142,7 @@ func (t *tuning) set(key, val string) error {
 		*dst = val == "1"
 		return nil
 	}
-	if dst, ok := map[string]*int{"grid": &t.grid, "cegrid": &t.ceGrid, "cegridlast": &t.ceGridLast}[key]; ok {
+	if dst, ok := map[string]*int{"grid": &t.grid, "cegrid": &t.ceGrid}[key]; ok {
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 1 || n > maxBlocks {
 			return fmt.Errorf("want 1 to %d blocks: %w", maxBlocks, collectives.ErrInvalidArgument)

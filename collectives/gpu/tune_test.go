@@ -33,11 +33,11 @@ func TestTuningParse(t *testing.T) {
 			t.th.CopyEngine[collectives.AllGather] = 16 << 20
 			t.ceExplicit[collectives.Broadcast], t.ceExplicit[collectives.AllGather] = true, true
 		}, ""},
-		{"ce.all_reduce=1M,ce.reduce_scatter=2M,cechunk=64K,cegrid=8,cegridlast=32", func(t *tuning) {
+		{"ce.all_reduce=1M,ce.reduce_scatter=2M,cechunk=64K,cegrid=8", func(t *tuning) {
 			t.th.CopyEngine[collectives.AllReduce] = 1 << 20
 			t.th.CopyEngine[collectives.ReduceScatter] = 2 << 20
 			t.ceExplicit[collectives.AllReduce], t.ceExplicit[collectives.ReduceScatter] = true, true
-			t.ceChunk, t.ceGrid, t.ceGridLast = 64<<10, 8, 32
+			t.ceChunk, t.ceGrid = 64<<10, 8
 		}, ""},
 		{"cedirect=0,cefloor.all_reduce=8M,cefloor.reduce_scatter=1M", func(t *tuning) {
 			t.ceDirect = false
@@ -52,7 +52,6 @@ func TestTuningParse(t *testing.T) {
 		{"cefloor.broadcast=8M", nil, "unknown key"},
 		{"grid=0", nil, "grid=0"},
 		{"cegrid=129", nil, "cegrid=129"},
-		{"cegridlast=0", nil, "cegridlast=0"},
 		{"cechunk=100", nil, "cechunk 100"},
 		{"grid=129", nil, "grid=129"},
 		{"grid", nil, "not key=value"},
@@ -91,15 +90,14 @@ func TestTuningDefaults(t *testing.T) {
 		nranks, maxBlocks int
 		slot              int64
 		grid, ceGrid      int
-		ceGridLast        int
 		land              int64 // a peer's landing slot: the half's 8 MiB shared
 	}{
-		{1, 0, 128 << 10, defaultGrid, defaultCEGrid, defaultCEGridLast, 8 << 20},
-		{2, 0, 128 << 10, defaultGrid, defaultCEGrid, defaultCEGridLast, 8 << 20},
-		{3, 0, 87376, defaultGrid, defaultCEGrid, defaultCEGridLast, 4 << 20},
-		{4, 0, 64 << 10, defaultGrid, defaultCEGrid, defaultCEGridLast, 2796192},
-		{8, 32, 32 << 10, 32, 32, 32, 1198368},
-		{2, 8, 128 << 10, 8, 8, 8, 8 << 20}, // Config.MaxBlocks caps every launch
+		{1, 0, 128 << 10, defaultGrid, defaultCEGrid, 8 << 20},
+		{2, 0, 128 << 10, defaultGrid, defaultCEGrid, 8 << 20},
+		{3, 0, 87376, defaultGrid, defaultCEGrid, 4 << 20},
+		{4, 0, 64 << 10, defaultGrid, defaultCEGrid, 2796192},
+		{8, 32, 32 << 10, 32, 32, 1198368},
+		{2, 8, 128 << 10, 8, 8, 8 << 20}, // Config.MaxBlocks caps every launch
 	} {
 		tu := defaultTuning(tc.nranks, tc.maxBlocks)
 		assert.Equal(t, tc.slot, tu.slot, "nranks %d", tc.nranks)
@@ -107,7 +105,6 @@ func TestTuningDefaults(t *testing.T) {
 		assert.LessOrEqual(t, 2*int64(tc.nranks)*maxBlocks*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
 		assert.Equal(t, tc.grid, tu.grid)
 		assert.Equal(t, tc.ceGrid, tu.ceGrid)
-		assert.Equal(t, tc.ceGridLast, tu.ceGridLast)
 		assert.Equal(t, tc.land, tu.ceLand, "nranks %d", tc.nranks)
 		assert.Zero(t, tu.ceLand%16)
 		assert.LessOrEqual(t, landBytes(tc.nranks, tu.ceLand), uint64(2*defaultCELandHalf), "nranks %d", tc.nranks)
