@@ -61,8 +61,8 @@ import (
 // between two copies (ceDirect): that took AllReduce at 1 GiB on to 382
 // and at 256 MiB from 352 to 369, 372 with a 64 MiB floor (docs/perf.md).
 // This is the mode the thresholds choose where it passes the kernels
-// (AllReduce from 128 MiB, ReduceScatter from an output of 256 MiB); the staging mode
-// runs only when forced or given a threshold explicitly.
+// (AllReduce from 128 MiB, ReduceScatter from an output of 256 MiB); the
+// staging mode runs only when forced or given a threshold explicitly.
 //
 // Limits: eager streams only (a stream being captured takes the kernels, as
 // for the other copy-engine calls); about 3 stream operations per chunk and

@@ -5,8 +5,8 @@
 # points GOCCL_FATBIN at the result, so one call compiles and tests.
 # It prints a summary table last and exits non-zero on any failure.
 # GOCCL_SUITE_ONLY=REGEX runs only the steps whose names match (grep -E),
-# e.g. '\(ce\)|registered|landed' for the copy-engine steps after a change
-# there.
+# e.g. 'registered|reductions|landed|gpu.test' for the copy-engine steps
+# and the in-process kernel tests after a change there.
 set -u
 . "$(dirname "$0")/env.sh" gpu-suite
 KERNELS=0
@@ -122,6 +122,6 @@ echo
 echo "GPU suite summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"
 printf '%-34s %8s %8s %5s %7s\n' step cases failed rc time
 for r in "${rows[@]}"; do echo "$r"; done
-if [ ${#rows[@]} = 0 ]; then echo "GPU suite: no step matched GOCCL_SUITE_ONLY=$GOCCL_SUITE_ONLY"; exit 2; fi
+if [ ${#rows[@]} = 0 ]; then echo "GPU suite: no step matched GOCCL_SUITE_ONLY=${GOCCL_SUITE_ONLY:-}"; exit 2; fi
 if [ $bad = 0 ]; then echo "GPU suite: PASS${GOCCL_SUITE_ONLY:+ (only the steps matching $GOCCL_SUITE_ONLY)}"; else echo "GPU suite: FAIL"; fi
 exit $bad

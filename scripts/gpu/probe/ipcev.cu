@@ -1,7 +1,9 @@
-// ipcev.cu: what a handshake between two processes costs when interprocess
-// events carry it instead of stream memory operations on flags, measured on
-// the pattern goccl's copy-engine AllGather runs (ready, copy into the
-// peer, done), one process per GPU as the launcher runs them.
+// ipcev.cu: the floor under goccl's copy-engine AllGather, one process per
+// GPU as the launcher runs them. It times the AllGather's pattern (ready,
+// copy into the peer, done) with the handshakes on stream flags (goccl's)
+// and on interprocess events, with done alone and with none (timing only),
+// out of place with the local copy forked at different points, and with
+// each call's copy cut into chunks (kModes below).
 //
 // An interprocess event's wait binds to the most recent record at the time
 // of the host's cuStreamWaitEvent call, so the hosts must order a record
@@ -56,6 +58,8 @@ struct Shared {
   std::atomic<int> barrier[2];
   double result[2][64];
 };
+const size_t kSizes[] = {0, 8 * MiB, 32 * MiB, 128 * MiB, 256 * MiB, 512 * MiB};
+static_assert(sizeof(kSizes) / sizeof(kSizes[0]) * kModes <= 64, "Shared::result holds every (size, mode)");
 
 __global__ void fillv(unsigned* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -150,9 +154,8 @@ int run(int g, int sock, Shared* sh) {
     CKD(cuStreamWriteValue32((CUstream)s, (CUdeviceptr)(pflags + 32 * k + g), fseq, CU_STREAM_WRITE_VALUE_DEFAULT));
     CKD(cuStreamWaitValue32((CUstream)s, (CUdeviceptr)(flags + 32 * k + p), fseq, CU_STREAM_WAIT_VALUE_GEQ));
   };
-  const size_t sizes[] = {0, 8 * MiB, 32 * MiB, 128 * MiB, 256 * MiB, 512 * MiB};
   int idx = 0;
-  for (size_t bytes : sizes) {
+  for (size_t bytes : kSizes) {
     const size_t half = bytes / 2;
     for (int mode = 0; mode < kModes; mode++) {
       const bool oopMode = mode >= 4 && mode <= 7;
@@ -230,7 +233,7 @@ int run(int g, int sock, Shared* sh) {
     for (const char* n : kModeNames) printf(" %21s", n);
     printf(" check\n");
     idx = 0;
-    for (size_t bytes : sizes) {
+    for (size_t bytes : kSizes) {
       bool ok = true;
       printf("%10zu", bytes);
       for (int m = 0; m < kModes; m++, idx++) {
