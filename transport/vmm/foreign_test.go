@@ -3,7 +3,6 @@ package vmm
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -65,17 +64,13 @@ func TestRegisterForeignMemory(t *testing.T) {
 			fds := transporttest.OpenFDs(t)
 			n := tc.n
 			bufs := make([]cuda.DevicePtr, n)
-			regions := make([]*transport.Region, n)
-			var mu sync.Mutex
-			checked := make(chan struct{})
+			board := newRegionBoard(n)
 			errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
 				buf, err := fake.MemAlloc(cudatest.Ctx(r), userBuf)
 				if err != nil {
 					return err
 				}
-				mu.Lock()
-				bufs[r] = buf
-				mu.Unlock()
+				bufs[r] = buf // each rank its own element
 				if tc.alloc {
 					if _, err := m.Alloc(ctx, 1<<20); err != nil {
 						return err
@@ -87,18 +82,12 @@ func TestRegisterForeignMemory(t *testing.T) {
 				}
 				assert.Equal(t, tc.size, reg.Size)
 				assert.Equal(t, uintptr(buf)+tc.off(r), reg.Local)
-				mu.Lock()
-				regions[r] = reg
-				mu.Unlock()
-				if err := m.b.Barrier(ctx); err != nil {
-					return err
-				}
-				if r == 0 {
+				if err := board.post(ctx, m, r, reg, func(regions []*transport.Region) {
 					checkPeers(t, fake, regions)
 					assert.Equal(t, n*(n-1), fake.Outstanding().IpcOpens, "one open per (importer, exporter)")
-					close(checked)
+				}); err != nil {
+					return err
 				}
-				<-checked
 				if tc.close {
 					if err := m.Close(); err != nil {
 						return err

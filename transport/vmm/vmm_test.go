@@ -36,6 +36,36 @@ func onRanks(t *testing.T, g *transporttest.Group, fake *cudatest.Fake,
 	})
 }
 
+// regionBoard gathers every rank's region of one collective Alloc or
+// Register, so that rank 0 can check them all while every rank still holds
+// its own.
+type regionBoard struct {
+	mu      sync.Mutex
+	regions []*transport.Region
+	checked chan struct{}
+}
+
+func newRegionBoard(n int) *regionBoard {
+	return &regionBoard{regions: make([]*transport.Region, n), checked: make(chan struct{})}
+}
+
+// post records rank r's region, waits for every rank's, lets rank 0 run
+// check on them all, and returns once it has.
+func (b *regionBoard) post(ctx context.Context, m *Mapper, r int, reg *transport.Region, check func([]*transport.Region)) error {
+	b.mu.Lock()
+	b.regions[r] = reg
+	b.mu.Unlock()
+	if err := m.b.Barrier(ctx); err != nil {
+		return err
+	}
+	if r == 0 {
+		check(b.regions)
+		close(b.checked)
+	}
+	<-b.checked
+	return nil
+}
+
 func checkPeers(t *testing.T, fake *cudatest.Fake, regions []*transport.Region) {
 	t.Helper()
 	for r, reg := range regions {
@@ -93,29 +123,21 @@ func TestAllocMapsEveryPeerAndRoundsUp(t *testing.T) {
 			t.Run(fmt.Sprintf("%d ranks, %d bytes", n, sz.ask), func(t *testing.T) {
 				fds := transporttest.OpenFDs(t)
 				fake := cudatest.New()
-				regions := make([]*transport.Region, n)
-				var mu sync.Mutex
-				checked := make(chan struct{})
+				board := newRegionBoard(n)
 				errs := onRanks(t, transporttest.NewGroup(n), fake, nil, func(ctx context.Context, r int, m *Mapper) error {
 					reg, err := m.Alloc(ctx, sz.ask)
 					if err != nil {
 						return err
 					}
-					mu.Lock()
-					regions[r] = reg
-					mu.Unlock()
-					if err := m.b.Barrier(ctx); err != nil {
-						return err
-					}
-					if r == 0 {
+					if err := board.post(ctx, m, r, reg, func(regions []*transport.Region) {
 						checkPeers(t, fake, regions)
 						// One handle, reservation and mapping per (rank, allocation seen).
 						o := fake.Outstanding()
 						assert.Equal(t, n*n, o.Handles)
 						assert.Equal(t, n*n, o.Mappings)
-						close(checked)
+					}); err != nil {
+						return err
 					}
-					<-checked
 					assert.Equal(t, sz.want, reg.Size)
 					return m.Free(ctx, reg)
 				})
