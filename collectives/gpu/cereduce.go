@@ -60,6 +60,8 @@ import (
 // streams the order goes by events, and no stream memory operation sits
 // between two copies (ceDirect): that took AllReduce at 1 GiB on to 382
 // and at 256 MiB from 352 to 369, 372 with a 64 MiB floor (docs/perf.md).
+// An AllReduce pushes from the user's stream itself, with no fork ahead of
+// its first copy (tuning.ceInline): 357 -> 360 GB/s at 128 MiB.
 // This is the mode the thresholds choose where it passes the kernels
 // (AllReduce from 128 MiB, ReduceScatter from an output of 256 MiB); the
 // staging mode runs only when forced or given a threshold explicitly.
@@ -214,8 +216,13 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 	if err := drv.EventRecord(cx, ce.fork, s); err != nil {
 		return fmt.Errorf("fork: %w", err)
 	}
+	push := ce.red[redPush]
+	inline := pl.direct && be.tune.ceInline[a.Coll]
+	if inline {
+		push = s
+	}
 	used := func(k int) bool {
-		return k == redPush || k == redLand || k == redSpread && spread || k == redSignal && pl.direct
+		return k == redPush && !inline || k == redLand || k == redSpread && spread || k == redSignal && pl.direct
 	}
 	for k := range numRedStreams {
 		if !used(k) {
@@ -227,12 +234,15 @@ func (be *Backend) ceReduce(a *collectives.Args, reg *registration, pl *cePlan, 
 	}
 	// Only the pushes need the peers' ready: every other write into a
 	// peer (a spread, a free flag) follows a chunk the peer pushed, i.e.
-	// the peer's own ready. Waiting here rather than on the user's stream
-	// spares the push a hop through the fork.
-	if err := be.ceWait(ce.red[redPush], ceReadyOff, seq, allPeers); err != nil {
+	// the peer's own ready. Waiting after the fork spares the push a hop
+	// through it. Pushed from the user's stream itself (tuning.ceInline)
+	// the first copy starts without any hop: a copy forked onto another
+	// stream and joined back took about 11 us more per call on 2x H200
+	// (scripts/gpu/probe/mix.cu).
+	if err := be.ceWait(push, ceReadyOff, seq, allPeers); err != nil {
 		return err
 	}
-	if err := be.ceChunks(a, reg, pl, seq); err != nil {
+	if err := be.ceChunks(a, reg, pl, seq, push); err != nil {
 		return err
 	}
 	for k := range numRedStreams {
@@ -292,9 +302,9 @@ func (be *Backend) ceRefresh(s cuda.Stream, seq uint32) error {
 }
 
 // ceChunks enqueues a call's chunks on the reduction's streams.
-func (be *Backend) ceChunks(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+func (be *Backend) ceChunks(a *collectives.Args, reg *registration, pl *cePlan, seq uint32, push cuda.Stream) error {
 	if pl.direct {
-		return be.ceDirect(a, reg, pl, seq)
+		return be.ceDirect(a, reg, pl, seq, push)
 	}
 	if err := be.cePush(a, pl, seq); err != nil {
 		return err
@@ -312,17 +322,18 @@ func (be *Backend) ceChunks(a *collectives.Args, reg *registration, pl *cePlan, 
 
 // ceDirect enqueues a direct-mode call (2 ranks) chunk by chunk, each
 // chunk's steps on every stream together, so that one event can carry each
-// order between this rank's own streams: the push stream's copies run back
-// to back while each copy's data flag follows it on the signal stream, and
+// order between this rank's own streams: the copies on push (the push
+// stream, or the user's: tuning.ceInline) run back to back while each
+// copy's data flag follows it on the signal stream, and
 // a reduced chunk's spread waits for its kernel by event rather than by
 // flag. Stream memory operations cost about 2 us each on 2x H200, a flag
 // between the GPUs about 6 and an event about half that (probe hop:
 // docs/perf.md), and every one of them on the push or the spread stream
 // was time the link sat idle. The kernels are launched behind their
 // chunk's wait, so the landed flag they poll is written once for the call.
-func (be *Backend) ceDirect(a *collectives.Args, reg *registration, pl *cePlan, seq uint32) error {
+func (be *Backend) ceDirect(a *collectives.Args, reg *registration, pl *cePlan, seq uint32, push cuda.Stream) error {
 	drv, cx, ce := be.drv, be.ctx, &be.ce
-	push, land, spread := ce.red[redPush], ce.red[redLand], ce.red[redSpread]
+	land, spread := ce.red[redLand], ce.red[redSpread]
 	peer := 1 - be.rank
 	off := a.Recv - reg.base
 	if err := drv.StreamWriteValue32(cx, land, cuda.DevicePtr(ce.local+ceLandedOff), seq+pl.chunks-1); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -366,9 +367,10 @@ func ceDirectCalls() []simCall {
 	return calls
 }
 
-// In direct mode the copy streams carry copies and events only (the push
-// stream first waits for the peer's ready), so that one copy follows the
-// last with no stream memory operation in between; every chunk's data flag
+// In direct mode the copies run on one stream with events only between
+// them (first the wait for the peer's ready): the push stream, or at
+// AllReduce the user's own (ceInline), so that one copy follows the last
+// with no stream memory operation in between; every chunk's data flag
 // goes out on the signal stream, and the land stream writes landed once
 // per call.
 func TestCEDirectStreamsHoldOnlyCopies(t *testing.T) {
@@ -396,7 +398,25 @@ func TestCEDirectStreamsHoldOnlyCopies(t *testing.T) {
 				kinds[o.stream][o.kind]++
 			}
 			chunks := int(pl.chunks)
-			assert.Equal(t, map[string]int{"waitEvent": 1, "wait": 1, "copy": chunks, "record": chunks + 1}, kinds[be.ce.red[redPush]], "push")
+			if coll == collectives.AllReduce {
+				// Pushed on the user's stream (ceInline): from the ready
+				// wait on, copies and their records only.
+				assert.Empty(t, kinds[be.ce.red[redPush]], "push stream")
+				var run []string
+				for _, o := range drvs[0].ops {
+					if o.stream == userStream && (len(run) > 0 || o.kind == "wait") {
+						run = append(run, o.kind)
+					}
+				}
+				want := []string{"wait"}
+				for range chunks {
+					want = append(want, "copy", "record")
+				}
+				require.GreaterOrEqual(t, len(run), len(want))
+				assert.Equal(t, want, run[:len(want)], "user stream")
+			} else {
+				assert.Equal(t, map[string]int{"waitEvent": 1, "wait": 1, "copy": chunks, "record": chunks + 1}, kinds[be.ce.red[redPush]], "push")
+			}
 			assert.Equal(t, map[string]int{"waitEvent": 1 + chunks, "write": chunks, "record": 1}, kinds[be.ce.red[redSignal]], "signal")
 			land := kinds[be.ce.red[redLand]]
 			assert.Equal(t, 1, land["write"], "land: landed written once")
@@ -412,15 +432,23 @@ func TestCEDirectStreamsHoldOnlyCopies(t *testing.T) {
 	}
 }
 
+// Direct calls give the reference results under every interleaving the
+// simulator tries, with the pushes on the user's stream or forked (the
+// defaults, then each collective the other way).
 func TestCEDirectSimulated(t *testing.T) {
-	ceDirectTune(t)
-	bes, drvs, recv, send := newDirectBackends(t)
 	seeds := uint64(8)
 	if testing.Short() {
 		seeds = 3
 	}
-	for seed := range seeds {
-		require.Empty(t, runSimSend(t, bes, drvs, recv, send, ceDirectCalls(), seed, nil), "seed %d", seed)
+	for _, inline := range []string{"", ",ceinline.all_reduce=0,ceinline.reduce_scatter=1"} {
+		t.Run("defaults"+inline, func(t *testing.T) {
+			ceDirectTune(t)
+			t.Setenv(EnvTune, os.Getenv(EnvTune)+inline)
+			bes, drvs, recv, send := newDirectBackends(t)
+			for seed := range seeds {
+				require.Empty(t, runSimSend(t, bes, drvs, recv, send, ceDirectCalls(), seed, nil), "seed %d", seed)
+			}
+		})
 	}
 }
 

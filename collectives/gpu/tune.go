@@ -15,7 +15,8 @@ import (
 // list of key=value, sizes in nccl-tests' spelling, e.g.
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
 // llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
-// cegrid, cedirect (0 or 1) and cefloor.<coll> (copy-engine reductions),
+// cegrid, cedirect (0 or 1), cefloor.<coll> and ceinline.<coll> (0 or 1)
+// (copy-engine reductions),
 // celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
@@ -49,6 +50,9 @@ type tuning struct {
 	ceGrid     int
 	ceDirect   bool
 	ceExplicit [collectives.NumCollectives]bool
+	// ceInline: direct mode pushes on the user's stream itself rather
+	// than on a push stream forked from it (cereduce.go).
+	ceInline [collectives.NumCollectives]bool
 	// ceLand is the landing area per source and half of the copy-engine
 	// Broadcast (celand.go); fixed at New, as it sizes the workspace; 0
 	// turns it off.
@@ -81,6 +85,11 @@ const (
 	// piece (planCEReduce), so 128 MiB AllReduces still cut two chunks.
 	defaultCEFloorAllReduce     = 64 << 20
 	defaultCEFloorReduceScatter = 16 << 20
+	// Direct mode pushes an AllReduce's chunks on the user's stream
+	// (ceInline): +0.7-3.5 GB/s at 128 MiB - 1 GiB against a push stream
+	// forked from it. A ReduceScatter's pushes stay forked: inline they
+	// measured the same from 256 MiB and 2-5 GB/s slower at 128 MiB
+	// (docs/perf.md, session 10).
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
 	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
 	stagingBudget = 64 << 20
@@ -109,6 +118,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
+	t.ceInline[collectives.AllReduce] = true
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg
 		t.ceGrid = min(t.ceGrid, maxBlocksCfg)
@@ -135,7 +145,9 @@ func (t *tuning) parse(spec string) error {
 }
 
 func (t *tuning) set(key, val string) error {
-	if dst, ok := map[string]*bool{"cedirect": &t.ceDirect, "pdl": &t.pdl}[key]; ok {
+	flags := map[string]*bool{"cedirect": &t.ceDirect, "pdl": &t.pdl,
+		"ceinline.all_reduce": &t.ceInline[collectives.AllReduce], "ceinline.reduce_scatter": &t.ceInline[collectives.ReduceScatter]}
+	if dst, ok := flags[key]; ok {
 		if val != "0" && val != "1" {
 			return fmt.Errorf("want 0 or 1: %w", collectives.ErrInvalidArgument)
 		}

@@ -43,6 +43,11 @@ func TestTuningParse(t *testing.T) {
 			t.ceDirect = false
 			t.ceFloor[collectives.AllReduce], t.ceFloor[collectives.ReduceScatter] = 8<<20, 1<<20
 		}, ""},
+		{"ceinline.all_reduce=0,ceinline.reduce_scatter=1", func(t *tuning) {
+			t.ceInline[collectives.AllReduce], t.ceInline[collectives.ReduceScatter] = false, true
+		}, ""},
+		{"ceinline.broadcast=1", nil, "unknown key"},
+		{"ceinline.all_reduce=2", nil, "want 0 or 1"},
 		{"celand=0", func(t *tuning) { t.ceLand = 0 }, ""},
 		{"celand=1M", func(t *tuning) { t.ceLand = 1 << 20 }, ""},
 		{"celand=100", nil, "celand 100"},
