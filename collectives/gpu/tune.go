@@ -86,8 +86,8 @@ const (
 	defaultCEFloorAllReduce     = 64 << 20
 	defaultCEFloorReduceScatter = 16 << 20
 	// Direct mode pushes an AllReduce's chunks on the user's stream
-	// (ceInline): +0.7-3.5 GB/s at 128 MiB - 1 GiB against a push stream
-	// forked from it. A ReduceScatter's pushes stay forked: inline they
+	// (ceInline): +0.9-3.4 GB/s (medians) at 128 MiB - 1 GiB against a
+	// push stream forked from it. A ReduceScatter's pushes stay forked: inline they
 	// measured the same from 256 MiB and 2-5 GB/s slower at 128 MiB
 	// (docs/perf.md, session 10).
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
