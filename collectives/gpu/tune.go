@@ -85,11 +85,6 @@ const (
 	// piece (planCEReduce), so 128 MiB AllReduces still cut two chunks.
 	defaultCEFloorAllReduce     = 64 << 20
 	defaultCEFloorReduceScatter = 16 << 20
-	// Direct mode pushes an AllReduce's chunks on the user's stream
-	// (ceInline): +0.9-3.4 GB/s (medians) at 128 MiB - 1 GiB against a
-	// push stream forked from it. A ReduceScatter's pushes stay forked: inline they
-	// measured the same from 256 MiB and 2-5 GB/s slower at 128 MiB
-	// (docs/perf.md, session 10).
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
 	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
 	stagingBudget = 64 << 20
@@ -118,6 +113,11 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
+	// Direct mode pushes an AllReduce's chunks on the user's stream:
+	// +0.9-3.4 GB/s (medians) at 128 MiB - 1 GiB on 2x H200 against a push
+	// stream forked from it. A ReduceScatter's pushes stay forked: inline
+	// they measured the same from 256 MiB and about 3 GB/s slower at 128
+	// MiB (docs/perf.md, session 10).
 	t.ceInline[collectives.AllReduce] = true
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg

@@ -19,9 +19,6 @@
 // time; every mode's data (both slots) checked after its timing.
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +29,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "twoproc.cuh"
 
 constexpr size_t MiB = 1 << 20;
 constexpr int kRing = 8;
@@ -78,13 +76,6 @@ __global__ void countbad(const unsigned* p, size_t n, unsigned seed, unsigned lo
 
 void spin_until(std::atomic<long>& c, long v) {
   while (c.load(std::memory_order_acquire) < v) {
-  }
-}
-
-void host_barrier(Shared* sh, int g, int& gen) {
-  gen++;
-  sh->barrier[g].store(gen);
-  while (sh->barrier[1 - g].load() < gen) {
   }
 }
 
@@ -249,22 +240,4 @@ int run(int g, int sock, Shared* sh) {
   return 0;
 }
 
-int main() {
-  auto* sh = (Shared*)mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) {
-    perror("ipcev: mmap");
-    return 1;
-  }
-  memset((void*)sh, 0, sizeof(Shared));
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
-    perror("ipcev: socketpair");
-    return 1;
-  }
-  pid_t child = fork();
-  if (child == 0) _exit(run(1, sv[1], sh));
-  const int rc = run(0, sv[0], sh);
-  int st = 0;
-  waitpid(child, &st, 0);
-  return rc || !WIFEXITED(st) || WEXITSTATUS(st);
-}
+int main() { return two_processes<Shared>("ipcev", run); }

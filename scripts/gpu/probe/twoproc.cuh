@@ -1,0 +1,46 @@
+// twoproc.cuh: what the probes that run one process per GPU share
+// (ipcev.cu, mix.cu): a barrier between the two hosts, and main's setup of
+// a shared page and a socket pair before the fork. S is the probe's shared
+// struct: zeroed, mapped into both processes, with a std::atomic<int>
+// barrier[2].
+#pragma once
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+// host_barrier returns once both processes reached their gen-th barrier.
+template <typename S>
+void host_barrier(S* sh, int g, int& gen) {
+  gen++;
+  sh->barrier[g].store(gen);
+  while (sh->barrier[1 - g].load() < gen) {
+  }
+}
+
+// two_processes runs run(0, ...) here and run(1, ...) in a child, each with
+// its end of a socket pair and the shared page; non-zero if either failed.
+template <typename S>
+int two_processes(const char* name, int (*run)(int g, int sock, S* sh)) {
+  auto* sh = (S*)mmap(nullptr, sizeof(S), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) {
+    fprintf(stderr, "%s: mmap failed\n", name);
+    return 1;
+  }
+  memset((void*)sh, 0, sizeof(S));
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+    fprintf(stderr, "%s: socketpair failed\n", name);
+    return 1;
+  }
+  pid_t child = fork();
+  if (child == 0) _exit(run(1, sv[1], sh));
+  const int rc = run(0, sv[0], sh);
+  int st = 0;
+  waitpid(child, &st, 0);
+  return rc || !WIFEXITED(st) || WEXITSTATUS(st);
+}
