@@ -20,7 +20,7 @@ import (
 
 // newFakeBackends builds one backend per rank of an n-rank in-process group
 // over the fake driver and mapper.
-func newFakeBackends(t *testing.T, n int, cfg Config) ([]*Backend, []*fakeDriver, []*fakeMapper) {
+func newFakeBackends(t testing.TB, n int, cfg Config) ([]*Backend, []*fakeDriver, []*fakeMapper) {
 	t.Helper()
 	return newFakeBackendsWith(t, n, cfg, nil)
 }
@@ -28,7 +28,7 @@ func newFakeBackends(t *testing.T, n int, cfg Config) ([]*Backend, []*fakeDriver
 // newFakeBackendsWith lets prep adjust each rank's driver before New; the
 // drivers' op logs start empty after New (the probe's ops dropped) and
 // their failure injection is cleared.
-func newFakeBackendsWith(t *testing.T, n int, cfg Config, prep func(rank int, d *fakeDriver)) ([]*Backend, []*fakeDriver, []*fakeMapper) {
+func newFakeBackendsWith(t testing.TB, n int, cfg Config, prep func(rank int, d *fakeDriver)) ([]*Backend, []*fakeDriver, []*fakeMapper) {
 	t.Helper()
 	g := transporttest.NewGroup(n)
 	bes := make([]*Backend, n)

@@ -78,7 +78,7 @@ func together(n int, f func(r int) error) []error {
 }
 
 // allocAll is a collective Alloc of size bytes on every rank.
-func allocAll(t *testing.T, bes []*Backend, size uint64) ([]uintptr, []collectives.Registration) {
+func allocAll(t testing.TB, bes []*Backend, size uint64) ([]uintptr, []collectives.Registration) {
 	t.Helper()
 	ptrs := make([]uintptr, len(bes))
 	regs := make([]collectives.Registration, len(bes))
