@@ -257,11 +257,7 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 		err = be.ceAllGather(&c, seq)
 	default:
 		c.local = be.rank == a.Root && a.Send != a.Recv
-		if c.land > 0 {
-			err = be.ceBroadcastLanded(&c, a.Root, seq)
-		} else {
-			err = be.ceBroadcast(&c, a.Root, seq)
-		}
+		err = be.ceBroadcast(&c, a.Root, seq)
 	}
 	if err != nil {
 		be.Abort(fmt.Errorf("gpu backend: copy-engine %s (call %d) not enqueued: %w", a.Coll, seq, err))
@@ -292,12 +288,26 @@ func (be *Backend) ceAllGather(c *ceArgs, seq uint32) error {
 	return be.ceJoin(c)
 }
 
+// ceBroadcast runs a copy-engine Broadcast, its first c.land bytes through
+// the landing area when c.land > 0 (celand.go).
 func (be *Backend) ceBroadcast(c *ceArgs, root int, seq uint32) error {
 	if be.rank != root {
 		if err := be.ceSignal(c.s, ceReadyOff, seq, root); err != nil {
 			return err
 		}
-		return be.ceWait(c.s, ceSigDoneOff, seq, root)
+		if err := be.moveLanded(c, root, seq); err != nil {
+			return err
+		}
+		if err := be.ceWait(c.s, ceSigDoneOff, seq, root); err != nil {
+			return err
+		}
+		if c.land == 0 {
+			return nil
+		}
+		return be.joinInto(c.s, be.ce.side, be.ce.join)
+	}
+	if err := be.landAtPeers(c, seq); err != nil {
+		return err
 	}
 	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
 		return err
@@ -305,7 +315,7 @@ func (be *Backend) ceBroadcast(c *ceArgs, root int, seq uint32) error {
 	if err := be.ceFork(c); err != nil {
 		return err
 	}
-	if err := be.copyToPeers(c, 0, 0); err != nil {
+	if err := be.copyToPeers(c, 0, c.land); err != nil {
 		return err
 	}
 	if err := be.signalAfter(c.s, ceSigDoneOff, seq); err != nil {
@@ -372,8 +382,8 @@ func (be *Backend) ceFork(c *ceArgs) error {
 	if err := be.forkSide(c); err != nil {
 		return err
 	}
-	if err := be.localCopy(c); err != nil {
-		return err
+	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(c.src), c.bytes, be.ce.side); err != nil {
+		return fmt.Errorf("local copy: %w", err)
 	}
 	if err := be.drv.EventRecord(be.ctx, be.ce.join, be.ce.side); err != nil {
 		return fmt.Errorf("join: %w", err)
@@ -389,18 +399,6 @@ func (be *Backend) forkSide(c *ceArgs) error {
 	}
 	if err := be.drv.StreamWaitEvent(be.ctx, be.ce.side, be.ce.fork); err != nil {
 		return fmt.Errorf("fork: %w", err)
-	}
-	return nil
-}
-
-// localCopy puts an out-of-place call's copy of this rank's input into its
-// own receive buffer on the side stream, after the fork.
-func (be *Backend) localCopy(c *ceArgs) error {
-	if !c.local || c.bytes == 0 {
-		return nil
-	}
-	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(c.src), c.bytes, be.ce.side); err != nil {
-		return fmt.Errorf("local copy: %w", err)
 	}
 	return nil
 }

@@ -70,47 +70,38 @@ func (be *Backend) landAt(owner, src int, h uint32) uintptr {
 	return be.ce.land[owner] + uintptr((uint64(h)*uint64(n-1)+uint64(k))*be.ce.landBytes)
 }
 
-// ceBroadcastLanded is ceBroadcast through the landing area (c.land > 0).
-func (be *Backend) ceBroadcastLanded(c *ceArgs, root int, seq uint32) error {
-	ce, drv, cx := &be.ce, be.drv, be.ctx
-	if be.rank != root {
-		if err := be.ceSignal(c.s, ceReadyOff, seq, root); err != nil {
-			return err
-		}
-		if err := be.forkSide(c); err != nil {
-			return err
-		}
-		if err := be.ceWait(ce.side, ceSigDataOff, seq, root); err != nil {
-			return err
-		}
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(be.landAt(be.rank, root, c.half)), c.land, ce.side); err != nil {
-			return fmt.Errorf("move rank %d's landed bytes: %w", root, err)
-		}
-		if err := be.ceWait(c.s, ceSigDoneOff, seq, root); err != nil {
-			return err
-		}
-		return be.joinInto(c.s, ce.side, ce.join)
+// moveLanded enqueues, on a non-root of a landed Broadcast, the side
+// stream's move of the root's landed bytes into the receive buffer once
+// the root's data flag says they are there (nothing when c.land is 0).
+func (be *Backend) moveLanded(c *ceArgs, root int, seq uint32) error {
+	if c.land == 0 {
+		return nil
+	}
+	ce := &be.ce
+	if err := be.forkSide(c); err != nil {
+		return err
+	}
+	if err := be.ceWait(ce.side, ceSigDataOff, seq, root); err != nil {
+		return err
+	}
+	if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(c.dstOwn), cuda.DevicePtr(be.landAt(be.rank, root, c.half)), c.land, ce.side); err != nil {
+		return fmt.Errorf("move rank %d's landed bytes: %w", root, err)
+	}
+	return nil
+}
+
+// landAtPeers enqueues, on the root of a landed Broadcast, the copies of
+// its first c.land bytes into every peer's landing slot, before any ready,
+// and their data flag (nothing when c.land is 0).
+func (be *Backend) landAtPeers(c *ceArgs, seq uint32) error {
+	if c.land == 0 {
+		return nil
 	}
 	for i := 1; i < be.nranks; i++ {
 		p := (be.rank + i) % be.nranks
-		if err := drv.MemcpyAsync(cx, cuda.DevicePtr(be.landAt(p, root, c.half)), cuda.DevicePtr(c.src), c.land, c.s); err != nil {
+		if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(be.landAt(p, be.rank, c.half)), cuda.DevicePtr(c.src), c.land, c.s); err != nil {
 			return fmt.Errorf("copy to rank %d's landing: %w", p, err)
 		}
 	}
-	if err := be.signalAfter(c.s, ceSigDataOff, seq); err != nil {
-		return err
-	}
-	if err := be.ceWait(c.s, ceReadyOff, seq, allPeers); err != nil {
-		return err
-	}
-	if err := be.ceFork(c); err != nil {
-		return err
-	}
-	if err := be.copyToPeers(c, 0, c.land); err != nil {
-		return err
-	}
-	if err := be.signalAfter(c.s, ceSigDoneOff, seq); err != nil {
-		return err
-	}
-	return be.ceJoin(c)
+	return be.signalAfter(c.s, ceSigDataOff, seq)
 }
