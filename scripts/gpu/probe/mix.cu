@@ -8,9 +8,10 @@
 // back, and the rest at the same time by a kernel of G blocks storing
 // into the peer's memory, on a stream of its own.
 //
-// What it showed on 2x H200 (docs/perf.md, session 10): the fork and join
-// cost a copy about 11 us per call; a kernel's share of 2-4 MiB makes that
-// up, but beside a copy on the calling stream it gains nothing.
+// What it showed on 2x H200 (docs/perf.md, sessions 10 and 11): the fork
+// and join cost a copy about 11 us per call; a kernel's share of 2-4 MiB
+// makes that up, but beside a copy on the calling stream it gains nothing,
+// at 8 and 16 MiB either; and a kernel alone does no better.
 //
 // Build and run on the GPU machine (two GPUs; never touches multicast):
 //   nvcc -O3 -arch=sm_90 -o /tmp/mix scripts/gpu/probe/mix.cu -lcuda && /tmp/mix
@@ -49,9 +50,11 @@ const Mode kModes[] = {
     {"CE on s + SM 4M", 0, 4, 1, 16, true}, {"CE forked + SM 4M", 0, 4, 1, 16, false},
     {"CE on s + SM 1/8", 2, 0, 1, 16, true}, {"CE on s x4", 0, 0, 4, 0, true},
     {"CE on s x4 + SM 4M", 0, 4, 4, 16, true}, {"CE forked x4 + SM 4M", 0, 4, 4, 16, false},
+    {"SM only, 64 blocks", 16, 0, 1, 64, true},  {"SM only, 128 blocks", 16, 0, 1, 128, true},
+    {"CE on s + SM 1/4", 4, 0, 1, 32, true},     {"CE on s + SM 1/2", 8, 0, 1, 64, true},
 };
 constexpr int kNModes = sizeof(kModes) / sizeof(kModes[0]);
-const size_t kSizes[] = {64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB};
+const size_t kSizes[] = {8 * MiB, 16 * MiB, 64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB};
 constexpr int kNSizes = sizeof(kSizes) / sizeof(kSizes[0]);
 
 struct Shared {
@@ -136,12 +139,15 @@ int run(int g, int sock, Shared* sh) {
         fseq++;
         fl_sync(0);  // ready
         CK(cudaEventRecord(fork, s));
+        // A kernel with no copy beside it runs on the calling stream itself.
+        const bool smAlone = ceBytes == 0 && m.inl;
         if (smBytes) {
-          CK(cudaStreamWaitEvent(sm, fork, 0));
-          push16<<<m.grid, 512, 0, sm>>>((const uint4*)((const char*)in + ceBytes), (uint4*)((char*)pout + ceBytes),
+          cudaStream_t ks = smAlone ? s : sm;
+          if (!smAlone) CK(cudaStreamWaitEvent(sm, fork, 0));
+          push16<<<m.grid, 512, 0, ks>>>((const uint4*)((const char*)in + ceBytes), (uint4*)((char*)pout + ceBytes),
                                          smBytes / 16);
           CK(cudaGetLastError());
-          CK(cudaEventRecord(joinSM, sm));
+          if (!smAlone) CK(cudaEventRecord(joinSM, sm));
         }
         if (ceBytes) {
           cudaStream_t cs = m.inl ? s : ce;
@@ -154,7 +160,7 @@ int run(int g, int sock, Shared* sh) {
             CK(cudaStreamWaitEvent(s, joinCE, 0));
           }
         }
-        if (smBytes) CK(cudaStreamWaitEvent(s, joinSM, 0));
+        if (smBytes && !smAlone) CK(cudaStreamWaitEvent(s, joinSM, 0));
         fl_sync(1);  // done
       };
       for (int i = 0; i < 5; i++) call();

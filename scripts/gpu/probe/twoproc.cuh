@@ -12,13 +12,21 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
-// host_barrier returns once both processes reached their gen-th barrier.
+// host_barrier returns once both processes reached their gen-th barrier;
+// after a minute it ends this process, so that a peer that died (a crash
+// the parent does not see until waitpid) cannot leave it spinning.
 template <typename S>
 void host_barrier(S* sh, int g, int& gen) {
   gen++;
   sh->barrier[g].store(gen);
+  const time_t start = time(nullptr);
   while (sh->barrier[1 - g].load() < gen) {
+    if (time(nullptr) - start > 60) {
+      fprintf(stderr, "process %d: the peer never reached barrier %d\n", g, gen);
+      _exit(4);
+    }
   }
 }
 
