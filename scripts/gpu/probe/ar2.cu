@@ -178,19 +178,13 @@ int run(int g, int sock, Shared* sh) {
   CK(cudaMalloc(&bad, 8));
   struct Handles {
     cudaIpcMemHandle_t out, stage, flags;
-  } mine, theirs;
-  CK(cudaIpcGetMemHandle(&mine.out, out));
-  CK(cudaIpcGetMemHandle(&mine.stage, stage));
-  CK(cudaIpcGetMemHandle(&mine.flags, flags));
-  if (write(sock, &mine, sizeof mine) != sizeof mine || read(sock, &theirs, sizeof theirs) != sizeof theirs) {
-    perror("ar2: exchange");
-    return 1;
-  }
-  float *pout, *pstage;
-  unsigned* pflags;
-  CK(cudaIpcOpenMemHandle((void**)&pout, theirs.out, cudaIpcMemLazyEnablePeerAccess));
-  CK(cudaIpcOpenMemHandle((void**)&pstage, theirs.stage, cudaIpcMemLazyEnablePeerAccess));
-  CK(cudaIpcOpenMemHandle((void**)&pflags, theirs.flags, cudaIpcMemLazyEnablePeerAccess));
+  };
+  const Handles mine{export_mem(out), export_mem(stage), export_mem(flags)};
+  Handles theirs;
+  if (!swap_with_peer("ar2: exchange", sock, mine, theirs)) return 1;
+  float* pout = open_mem<float>(theirs.out);
+  float* pstage = open_mem<float>(theirs.stage);
+  unsigned* pflags = open_mem<unsigned>(theirs.flags);
   CK(cudaDeviceSynchronize());
   int gen = 0;
   host_barrier(sh, g, gen);

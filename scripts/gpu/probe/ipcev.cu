@@ -105,20 +105,16 @@ int run(int g, int sock, Shared* sh) {
     cudaIpcMemHandle_t out, flags;
     cudaIpcEventHandle_t ev[kKinds][kRing];
   } mine, theirs;
-  CK(cudaIpcGetMemHandle(&mine.out, out));
-  CK(cudaIpcGetMemHandle(&mine.flags, flags));
+  mine.out = export_mem(out);
+  mine.flags = export_mem(flags);
   for (int k = 0; k < kKinds; k++)
     for (int i = 0; i < kRing; i++) {
       CK(cudaEventCreateWithFlags(&ev[k][i], cudaEventDisableTiming | cudaEventInterprocess));
       CK(cudaIpcGetEventHandle(&mine.ev[k][i], ev[k][i]));
     }
-  if (write(sock, &mine, sizeof mine) != sizeof mine || read(sock, &theirs, sizeof theirs) != sizeof theirs) {
-    perror("ipcev: exchange");
-    return 1;
-  }
-  unsigned *pout, *pflags;
-  CK(cudaIpcOpenMemHandle((void**)&pout, theirs.out, cudaIpcMemLazyEnablePeerAccess));
-  CK(cudaIpcOpenMemHandle((void**)&pflags, theirs.flags, cudaIpcMemLazyEnablePeerAccess));
+  if (!swap_with_peer("ipcev: exchange", sock, mine, theirs)) return 1;
+  unsigned* pout = open_mem<unsigned>(theirs.out);
+  unsigned* pflags = open_mem<unsigned>(theirs.flags);
   for (int k = 0; k < kKinds; k++)
     for (int i = 0; i < kRing; i++) CK(cudaIpcOpenEventHandle(&pev[k][i], theirs.ev[k][i]));
   CK(cudaDeviceSynchronize());

@@ -109,16 +109,12 @@ int run(int g, int sock, Shared* sh) {
   CK(cudaMalloc(&bad, 8));
   struct Handles {
     cudaIpcMemHandle_t out, flags;
-  } mine, theirs;
-  CK(cudaIpcGetMemHandle(&mine.out, out));
-  CK(cudaIpcGetMemHandle(&mine.flags, flags));
-  if (write(sock, &mine, sizeof mine) != sizeof mine || read(sock, &theirs, sizeof theirs) != sizeof theirs) {
-    perror("mix: exchange");
-    return 1;
-  }
-  unsigned *pout, *pflags;
-  CK(cudaIpcOpenMemHandle((void**)&pout, theirs.out, cudaIpcMemLazyEnablePeerAccess));
-  CK(cudaIpcOpenMemHandle((void**)&pflags, theirs.flags, cudaIpcMemLazyEnablePeerAccess));
+  };
+  const Handles mine{export_mem(out), export_mem(flags)};
+  Handles theirs;
+  if (!swap_with_peer("mix: exchange", sock, mine, theirs)) return 1;
+  unsigned* pout = open_mem<unsigned>(theirs.out);
+  unsigned* pflags = open_mem<unsigned>(theirs.flags);
   CK(cudaDeviceSynchronize());
   int gen = 0;
   host_barrier(sh, g, gen);

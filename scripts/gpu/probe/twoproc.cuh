@@ -1,8 +1,8 @@
 // twoproc.cuh: what the probes that run one process per GPU share
-// (ipcev.cu, mix.cu): a barrier between the two hosts, and main's setup of
-// a shared page and a socket pair before the fork. S is the probe's shared
-// struct: zeroed, mapped into both processes, with a std::atomic<int>
-// barrier[2].
+// (ipcev.cu, mix.cu, ar2.cu): a barrier between the two hosts, main's setup
+// of a shared page and a socket pair before the fork, and the exchange of
+// IPC handles over that socket. S is the probe's shared struct: zeroed,
+// mapped into both processes, with a std::atomic<int> barrier[2].
 #pragma once
 
 #include <sys/mman.h>
@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+
+#include "check.cuh"
 
 // host_barrier returns once both processes reached their gen-th barrier;
 // after a minute it ends this process, so that a peer that died (a crash
@@ -51,4 +53,27 @@ int two_processes(const char* name, int (*run)(int g, int sock, S* sh)) {
   int st = 0;
   waitpid(child, &st, 0);
   return rc || !WIFEXITED(st) || WEXITSTATUS(st);
+}
+
+// swap_with_peer sends this process's value to the peer over the socket
+// pair and reads the peer's into theirs; false (after perror) on a failed
+// socket.
+template <typename T>
+bool swap_with_peer(const char* what, int sock, const T& mine, T& theirs) {
+  if (write(sock, &mine, sizeof mine) == sizeof mine && read(sock, &theirs, sizeof theirs) == sizeof theirs) return true;
+  perror(what);
+  return false;
+}
+
+// export_mem is a device buffer's IPC handle; open_mem maps the peer's.
+inline cudaIpcMemHandle_t export_mem(void* p) {
+  cudaIpcMemHandle_t h;
+  CK(cudaIpcGetMemHandle(&h, p));
+  return h;
+}
+template <typename T>
+T* open_mem(const cudaIpcMemHandle_t& h) {
+  void* p = nullptr;
+  CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+  return (T*)p;
 }
