@@ -10,8 +10,8 @@
 //
 // What it showed on 2x H200 (docs/perf.md, sessions 10 and 11): the fork
 // and join cost a copy about 11 us per call; a kernel's share of 2-4 MiB
-// makes that up, but beside a copy on the calling stream it gains nothing,
-// at 8 and 16 MiB either; and a kernel alone does no better.
+// makes that up, but beside a copy on the calling stream it gains nothing
+// from 8 to 512 MiB; and a kernel alone does no better.
 //
 // Build and run on the GPU machine (two GPUs; never touches multicast):
 //   nvcc -O3 -arch=sm_90 -o /tmp/mix scripts/gpu/probe/mix.cu -lcuda && /tmp/mix
