@@ -49,8 +49,19 @@ type Buffers struct {
 	owned   []membuf.Buffer // from Space
 }
 
-// Alloc takes size bytes. A registered mode without Reg is the caller's
-// error to report before; an empty buffer is never registered.
+// NewBuffers is a rank's Buffers in mode; ok is false when the mode is a
+// registered one and comm cannot register (the caller's usage error to
+// report, naming its flag).
+func NewBuffers(space membuf.Space, comm Comm, mode int) (b Buffers, ok bool) {
+	b = Buffers{Space: space, Mode: mode}
+	if mode == Unregistered {
+		return b, true
+	}
+	b.Reg, ok = comm.(Registrar)
+	return b, ok
+}
+
+// Alloc takes size bytes; an empty buffer is never registered.
 func (b *Buffers) Alloc(ctx context.Context, size int) (membuf.Buffer, error) {
 	if b.Mode == FromAlloc && size > 0 {
 		p, rel, err := b.Reg.Alloc(ctx, size)

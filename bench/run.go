@@ -196,13 +196,9 @@ func (r *runner) allocate(ctx context.Context) error {
 			recvMax = max(recvMax, sh.SendBytes, sh.RecvBytes)
 		}
 	}
-	r.bufs = Buffers{Space: r.rk.Space, Mode: r.cfg.Register}
-	if r.cfg.Register != Unregistered {
-		reg, ok := r.rk.Comm.(Registrar)
-		if !ok {
-			return fmt.Errorf("%w: -R: this communicator cannot register buffers", ErrUsage)
-		}
-		r.bufs.Reg = reg
+	var ok bool
+	if r.bufs, ok = NewBuffers(r.rk.Space, r.rk.Comm, r.cfg.Register); !ok {
+		return fmt.Errorf("%w: -R: this communicator cannot register buffers", ErrUsage)
 	}
 	var err error
 	if r.send, err = r.bufs.Alloc(ctx, int(sendMax)); err != nil {

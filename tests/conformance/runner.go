@@ -100,19 +100,16 @@ func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 	}
 	// Registration is collective: every rank computes the same sizes from
 	// the same cases, as it must be symmetric.
-	r.bufs = bench.Buffers{Space: r.rk.Space, Mode: bench.Unregistered}
+	mode := bench.Unregistered
 	switch {
 	case r.cfg.register:
-		r.bufs.Mode = bench.FromAlloc
+		mode = bench.FromAlloc
 	case r.cfg.regUser:
-		r.bufs.Mode = bench.UserMemory
+		mode = bench.UserMemory
 	}
-	if r.bufs.Mode != bench.Unregistered {
-		reg, ok := r.rk.Comm.(bench.Registrar)
-		if !ok {
-			return fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
-		}
-		r.bufs.Reg = reg
+	var ok bool
+	if r.bufs, ok = bench.NewBuffers(r.rk.Space, r.rk.Comm, mode); !ok {
+		return fmt.Errorf("%w: --register: this communicator cannot register buffers", errUsage)
 	}
 	var err error
 	if r.send, err = r.bufs.Alloc(ctx, s+guard); err != nil {
