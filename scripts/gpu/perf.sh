@@ -42,9 +42,16 @@ run() {
 MODE=${1:-full}
 # The runs of each mode, in order.
 E=(-b 8 -e "$MAX" -f 4 -n 20 -w 5)
+# AllReduce in CUDA graphs up to 32 MiB, under NAME, with goccl's extra
+# arguments after it: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
+allreduce_graph() {
+  local name=$1 G=(-b 8 -e 32M -f 4 -w 5)
+  shift
+  run "$name" all_reduce "${G[@]}" -n 20 -G 20 "$@" -- --coll all_reduce "${G[@]}" -n 100 --graph 20
+}
 allreduce_eager() {
   run all_reduce_eager all_reduce "${E[@]}" -- --coll all_reduce "${E[@]}"
-  run all_reduce_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
+  allreduce_graph all_reduce_graph
   run all_reduce_bf16 all_reduce "${E[@]}" -d bfloat16 -- --coll all_reduce "${E[@]}" -d bfloat16
 }
 # Registered buffers (-R 2: comm.Alloc): copy engines from 1 MiB per rank.
@@ -69,7 +76,7 @@ case $MODE in
     # the kernels). NCCL runs with its own buffers (torch.distributed
     # registers none).
     run all_reduce_reg all_reduce "${E[@]}" -R 2 -- --coll all_reduce "${E[@]}"
-    run all_reduce_reg_graph all_reduce -b 8 -e 32M -f 4 -n 20 -w 5 -G 20 -R 2 -- --coll all_reduce -b 8 -e 32M -f 4 -n 100 -w 5 --graph 20
+    allreduce_graph all_reduce_reg_graph -R 2
     run reduce_scatter_reg reduce_scatter "${E[@]}" -R 2 -- --coll reduce_scatter "${E[@]}" ;;
   huge)
     H=(-b 1G -e 2G -f 2 -n 10 -w 3)
