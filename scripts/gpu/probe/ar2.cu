@@ -272,6 +272,13 @@ int run(int g, int sock, Shared* sh) {
             CK(cudaStreamWaitEvent(sig, evData[i], 0));
             signal(sig, 2 + i);
           };
+          // The reduced chunk i into the peer, on st behind its kernel.
+          auto spreadChunk = [&](int i, cudaStream_t st) {
+            const size_t at = g * piece + cut[i], n = cut[i + 1] - cut[i];
+            CK(cudaStreamWaitEvent(st, evRed[i], 0));
+            CK(cudaMemcpyAsync((char*)pout + at, (const char*)out + at, n, cudaMemcpyDeviceToDevice, st));
+            mark(st, "spread " + std::to_string(i));
+          };
           if (m.land) push(0);
           if (!m.noReady) wait(s, 0);
           mark(s, "ready");
@@ -287,23 +294,11 @@ int run(int g, int sock, Shared* sh) {
             CK(cudaGetLastError());
             mark(land, "reduced " + std::to_string(i));
             CK(cudaEventRecord(evRed[i], land));
-            if (!m.serial) {
-              CK(cudaStreamWaitEvent(spread, evRed[i], 0));
-              CK(cudaMemcpyAsync((char*)pout + g * piece + lo, mineOut, n, cudaMemcpyDeviceToDevice, spread));
-              mark(spread, "spread " + std::to_string(i));
-            }
+            if (!m.serial) spreadChunk(i, spread);
           }
-          cudaStream_t last = spread;
-          if (m.serial) {
-            last = s;
-            for (int i = 0; i < nc; i++) {
-              const size_t lo = cut[i], n = cut[i + 1] - cut[i];
-              CK(cudaStreamWaitEvent(s, evRed[i], 0));
-              CK(cudaMemcpyAsync((char*)pout + g * piece + lo, (char*)out + g * piece + lo, n, cudaMemcpyDeviceToDevice, s));
-              mark(s, "spread " + std::to_string(i));
-            }
-          }
-          signal(last, 1);
+          if (m.serial)
+            for (int i = 0; i < nc; i++) spreadChunk(i, s);
+          signal(m.serial ? s : spread, 1);
           CK(cudaEventRecord(joinLand, land));
           CK(cudaEventRecord(joinSpread, spread));
           CK(cudaEventRecord(joinSig, sig));
