@@ -53,6 +53,16 @@ __device__ __forceinline__ void st1(void* p, u8 v) {
 
 __device__ __forceinline__ void bar_sync() { asm volatile("bar.sync 0;" ::: "memory"); }
 
+// The launch's dynamic shared memory (cuLaunchKernel's sharedMemBytes):
+// its base and its size, 0 when the launch gave none.
+extern __shared__ V16 goccl_dyn_smem[];  // V16 is 16-byte aligned
+__device__ __forceinline__ V16* dyn_smem() { return goccl_dyn_smem; }
+__device__ __forceinline__ u32 dyn_smem_bytes() {
+  u32 n;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  return n;
+}
+
 // grid_dep_sync: with programmatic dependent launch (sm_90), a kernel may
 // get onto the SMs while the previous kernel on its stream still runs;
 // griddepcontrol.wait holds it until that kernel is complete and its

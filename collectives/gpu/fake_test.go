@@ -37,7 +37,14 @@ type fakeDriver struct {
 	syncs      int  // CtxSynchronize calls
 	quiet      bool // record nothing (allocation tests)
 	ccMajor    int  // compute capability major (DeviceAttribute); 0 reads as 1
+	smemOptin  int  // shared memory a block may opt in to; 0 reads as an H200's
+	// dynSmem is each kernel's opt-in dynamic shared memory, by name.
+	dynSmem map[string]int
 }
+
+// h200SmemOptin is CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN on
+// an H200 (227 KiB).
+const h200SmemOptin = 232448
 
 // fakeOp is one stream-ordered operation.
 type fakeOp struct {
@@ -76,10 +83,24 @@ func (f *fakeDriver) op(o fakeOp) error {
 func (f *fakeDriver) handle() uintptr { f.nextHandle++; return 0x5000 + f.nextHandle }
 
 func (f *fakeDriver) DeviceAttribute(_ cuda.Device, a cuda.DeviceAttribute) (int, error) {
-	if a == cuda.AttrComputeCapabilityMajor && f.ccMajor != 0 {
+	switch {
+	case a == cuda.AttrComputeCapabilityMajor && f.ccMajor != 0:
 		return f.ccMajor, nil
+	case a == cuda.AttrMaxSharedMemPerBlockOptin && f.smemOptin != 0:
+		return f.smemOptin, nil
+	case a == cuda.AttrMaxSharedMemPerBlockOptin:
+		return h200SmemOptin, nil
 	}
 	return 1, nil
+}
+func (f *fakeDriver) FuncSetMaxDynamicSharedMem(_ cuda.Context, fn cuda.Function, bytes int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dynSmem == nil {
+		f.dynSmem = map[string]int{}
+	}
+	f.dynSmem[f.names[fn]] = bytes
+	return nil
 }
 func (f *fakeDriver) StreamCreate(cuda.Context, bool) (cuda.Stream, error) {
 	f.mu.Lock()

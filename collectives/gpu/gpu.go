@@ -218,7 +218,10 @@ func (be *Backend) setupLocal(image []byte) error {
 	if be.module, err = drv.ModuleLoadData(be.ctx, image); err != nil {
 		return fmt.Errorf("gpu backend: load kernels: %w", err)
 	}
-	return be.fns.load(drv, be.ctx, be.module)
+	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
+		return err
+	}
+	return be.setupStash()
 }
 
 // agreeInit tells every rank whether a rank-local step of New failed

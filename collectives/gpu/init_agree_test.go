@@ -43,11 +43,18 @@ func (d *initFailDriver) MemAllocHost(c cuda.Context, n uint64) (unsafe.Pointer,
 	return d.fakeDriver.MemAllocHost(c, n)
 }
 
+func (d *initFailDriver) FuncSetMaxDynamicSharedMem(c cuda.Context, f cuda.Function, bytes int) error {
+	if d.step == "stash" {
+		return errFake
+	}
+	return d.fakeDriver.FuncSetMaxDynamicSharedMem(c, f, bytes)
+}
+
 // A step of New that fails on one rank only fails New on every rank
 // promptly: the others must not wait for the failed rank in a later
 // bootstrap exchange (the init barrier) until their context expires.
 func TestNewLocalFailureFailsEveryRank(t *testing.T) {
-	for _, step := range []string{"device", "abort flag", "module"} {
+	for _, step := range []string{"device", "abort flag", "module", "stash"} {
 		t.Run(step, func(t *testing.T) {
 			const n, bad = 3, 1
 			g := transporttest.NewGroup(n)

@@ -60,6 +60,9 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 		Stream:       cuda.Stream(a.Stream),
 		Programmatic: be.pdl,
 	}
+	if f == famAllReduceOneShot {
+		cfg.SharedMem = be.tune.stashFor(uint64(a.Count), int64(size), grid)
+	}
 	if err := be.drv.LaunchKernel(be.ctx, fn, cfg, be.prm[:]); err != nil {
 		// The peers' kernels already wait at a barrier for this rank's:
 		// abort so that they leave through the flag instead of spinning.

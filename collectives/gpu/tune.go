@@ -14,7 +14,8 @@ import (
 // algorithm thresholds, for tuning runs on a new machine: a comma-separated
 // list of key=value, sizes in nccl-tests' spelling, e.g.
 // GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
-// llblock, twoshot (more than two ranks), twoshot2 (two ranks), cechunk,
+// llblock, twoshot (more than two ranks), twoshot2 (two ranks), stash (the
+// one-shot AllReduce's round kept in shared memory, 0 for none), cechunk,
 // cegrid, cedirect (0 or 1), cefloor.<coll> and ceinline.<coll> (0 or 1)
 // (copy-engine reductions),
 // celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
@@ -60,6 +61,9 @@ type tuning struct {
 	// pdl launches the collective kernels with programmatic stream
 	// serialization where the GPU has it (Backend.pdl).
 	pdl bool
+	// stash is the largest round of a one-shot AllReduce block kept in
+	// shared memory (stash.go); 0 turns it off.
+	stash int64
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -110,6 +114,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		ceDirect:   true,
 		ceLand:     defaultCELandHalf / int64(max(nranks-1, 1)) &^ 15,
 		pdl:        true,
+		stash:      defaultStash,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
@@ -181,6 +186,8 @@ func (t *tuning) set(key, val string) error {
 		t.th.TwoShot = v
 	case "twoshot2":
 		t.th.TwoShotPair = v
+	case "stash":
+		t.stash = v
 	default:
 		// Only the collectives that have the algorithm take its threshold.
 		kind, name, _ := strings.Cut(key, ".")
@@ -211,6 +218,8 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: celand %d: want a multiple of 16 up to 64M (0: off): %w", EnvTune, t.ceLand, collectives.ErrInvalidArgument)
 	case t.ceFloor[collectives.AllReduce] < 16 || t.ceFloor[collectives.ReduceScatter] < 16:
 		return fmt.Errorf("%s: cefloor: want at least 16 bytes: %w", EnvTune, collectives.ErrInvalidArgument)
+	case t.stash < 0:
+		return fmt.Errorf("%s: stash %d: want 0 (off) or more bytes: %w", EnvTune, t.stash, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
 		return fmt.Errorf("%s: slot %d: want a multiple of 16 up to 1M: %w", EnvTune, t.slot, collectives.ErrInvalidArgument)
 	case t.th.LL[collectives.AllReduce] > llMaxBytes:

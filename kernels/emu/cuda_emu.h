@@ -42,4 +42,8 @@ void emu_jitter();
 // emu_slow_us > 0 makes this block's loads slow (a slow reader): see emu_slow.
 extern int emu_slow_us;
 void emu_slow();
+// The next launches' dynamic shared memory (prims_emu.h's dyn_smem).
+extern void* emu_dyn_smem;
+extern unsigned emu_dyn_smem_bytes;
+void emu_set_dyn_smem(unsigned bytes);
 [[noreturn]] void emu_misaligned(const void* p, int width);

@@ -92,6 +92,7 @@ struct Launch {
   uint64_t seed;
   int delayRank, delayUs;  // one rank starts late (delayRank -1: none)
   bool delaySlow;          // and then reads slowly (emu_set_slow)
+  unsigned smem;           // dynamic shared memory bytes (the one-shot AllReduce's stash)
 };
 
 struct Scenario {
@@ -132,6 +133,14 @@ void finish(Launch& l, const Scenario& s, Rng& rng) {
   static const int kThreadChoices[] = {16, 16, 16, 32};
   l.threads = s.nranks > 4 ? 16 : kThreadChoices[rng.below(4)];
   l.seed = rng.next();
+  // The one-shot AllReduce keeps a round in dynamic shared memory where it
+  // fits: none, room for every round, or a random size that some rounds
+  // (a short last chunk) fit and others do not.
+  l.smem = 0;
+  if (l.fam == kAR1) {
+    const int pick = rng.below(3);
+    l.smem = pick == 0 ? 0 : pick == 1 ? (unsigned)s.slotBytes : 16 * (1 + rng.below((int)(s.slotBytes / 16)));
+  }
   l.delayRank = -1;
   l.delayUs = 0;
   if (rng.below(4) == 0) {
@@ -430,10 +439,10 @@ struct Checker {
     } else {
       snprintf(dt, sizeof dt, " elem%d", l.es);
     }
-    printf("FAIL %s launch %zu: %s%s%s count=%llu nranks=%d grid=%d threads=%d root=%d %s rank=%d: "
+    printf("FAIL %s launch %zu: %s%s%s count=%llu nranks=%d grid=%d threads=%d smem=%u root=%d %s rank=%d: "
            "%s: first wrong index %llu (%llu wrong): got %s, want %s\n",
            s.name.c_str(), li, kFamilyName[l.fam], dt, op, (unsigned long long)l.count, s.nranks, l.grid, l.threads,
-           l.root, l.inplace ? "in-place" : "out-of-place", me, what, (unsigned long long)idx,
+           l.smem, l.root, l.inplace ? "in-place" : "out-of-place", me, what, (unsigned long long)idx,
            (unsigned long long)nbad, got.c_str(), want.c_str());
   }
 
@@ -545,9 +554,9 @@ void label_of(char* buf, size_t n, const Scenario& s, size_t li, const Launch& l
     snprintf(what, sizeof what, "%s %s %s", kFamilyName[l.fam], kDtName[l.dt], kOpName[l.op]);
   else
     snprintf(what, sizeof what, "%s elem%d", kFamilyName[l.fam], l.es);
-  snprintf(buf, n, "%s launch %zu (%s count=%llu grid=%d threads=%d root=%d %s) rank %d", s.name.c_str(), li, what,
-           (unsigned long long)l.count, l.grid, l.threads, l.root,
-           l.inplace ? "in-place" : "out-of-place", me);
+  snprintf(buf, n, "%s launch %zu (%s count=%llu grid=%d threads=%d smem=%u root=%d %s) rank %d", s.name.c_str(), li,
+           what, (unsigned long long)l.count, l.grid, l.threads, l.smem, l.root, l.inplace ? "in-place" : "out-of-place",
+           me);
 }
 
 int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t nl) {
@@ -581,6 +590,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
     p.llOffset = c.llOffset;
     if (l.delayRank == me) usleep((useconds_t)l.delayUs);
     emu_set_slow(l.delayRank == me && l.delaySlow ? 100 : 0);
+    emu_set_dyn_smem(l.smem);
     char label[320];
     label_of(label, sizeof label, s, li, l, me);
     const int rc = emu_launch(kernel_for(l.fam, l.dt, l.op), p, l.grid, l.threads, o.timeout, label);

@@ -197,6 +197,26 @@ void emu_slow() {
   if (g_slow_block >= 0 || (next_rand() & 1) == 0) usleep((useconds_t)emu_slow_us);
 }
 
+void* emu_dyn_smem = nullptr;
+unsigned emu_dyn_smem_bytes = 0;
+
+// emu_set_dyn_smem gives the next launches bytes of dynamic shared memory,
+// filled with a pattern, so that a thread reading an entry nobody wrote
+// gets garbage that the result check catches. Each block process gets its
+// own copy at fork.
+void emu_set_dyn_smem(unsigned bytes) {
+  free(emu_dyn_smem);
+  emu_dyn_smem = nullptr;
+  emu_dyn_smem_bytes = bytes;
+  if (bytes == 0) return;
+  emu_dyn_smem = aligned_alloc(16, (bytes + 15) & ~15u);
+  if (emu_dyn_smem == nullptr) {
+    perror("emu: dynamic shared memory");
+    abort();
+  }
+  memset(emu_dyn_smem, 0xA5, bytes);
+}
+
 void emu_set_slow(int us, int block, int lateUs) {
   emu_slow_us = us;
   g_slow_block = block;

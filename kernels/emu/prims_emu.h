@@ -94,6 +94,11 @@ __forceinline__ V16 ld_volatile16(const void* p) {
   return v;
 }
 
+// The launch's dynamic shared memory: one buffer per block process, which
+// emu_set_dyn_smem sizes and poisons before the launch.
+__forceinline__ V16* dyn_smem() { return (V16*)::emu_dyn_smem; }
+__forceinline__ u32 dyn_smem_bytes() { return ::emu_dyn_smem_bytes; }
+
 // bar_sync: every thread of the block (a pthread barrier of blockDim.x).
 __forceinline__ void bar_sync() { ::emu_bar_sync(); }
 // grid_dep_sync: the emulator runs one launch at a time.
