@@ -48,8 +48,7 @@ __device__ __forceinline__ u64 reduce_pair_stashed(char* out, const V16* mine, c
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const V16 a = mine[i + u * nt];
-      const V16 v[2] = {meFirst ? a : q[u], meFirst ? q[u] : a};
-      st16(out + 16 * (i + u * nt), reduce_vec<T, Op>(v, 2, nranks));
+      st16(out + 16 * (i + u * nt), meFirst ? Pair<T, Op>::apply(a, q[u], nranks) : Pair<T, Op>::apply(q[u], a, nranks));
     }
   }
   return i;

@@ -61,6 +61,7 @@ var emuScenarios = []struct {
 	{"mixed8", true},
 	{"skew4", true},
 	{"wide3", false},
+	{"pairs2", true},
 	{"abort", true},
 	{"ce2", false},
 	{"ce3", true},

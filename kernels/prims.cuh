@@ -112,6 +112,19 @@ __device__ __forceinline__ u16 f32_to_bf16(float a) {
   return r;
 }
 
+// Two packed 16-bit floats added lane by lane with one rounding each. The
+// bfloat16 sum is an fma by 1.0, as sm_80 has no add.bf16x2.
+__device__ __forceinline__ u32 add_bf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3f803f80u), "r"(b));
+  return r;
+}
+__device__ __forceinline__ u32 add_f16x2(u32 a, u32 b) {
+  u32 r;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // Low-latency lines (ll.cu): 16 bytes holding two (data, flag) pairs of
 // u32, stored and loaded whole so that a reader that sees both flags sees
 // the data stored with them.

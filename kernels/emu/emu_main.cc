@@ -260,6 +260,24 @@ Scenario wide(const char* name, uint64_t seed) {
   return s;
 }
 
+// pairs: the two-rank reductions' unrolled loops (four vectors a thread at
+// a time; 16-bit float sums added packed, common.cuh's Pair), in rounds
+// that fill an 8 KiB slot: every type and op, every reducing family, in and
+// out of place.
+Scenario pairs(const char* name, uint64_t seed) {
+  Scenario s{name, 2, 8192, {}, "", -1};
+  Rng rng{seed};
+  for (int fam : {kAR1, kAR2, kRED, kRS1})
+    for (int dt = 0; dt < kNumDts; dt++)
+      for (int op = 0; op < kNumOps; op++) {
+        const uint64_t cnt = (3 * s.slotBytes + 48 * (uint64_t)rng.below(8)) / kDtSize[dt] + (uint64_t)rng.below(5);
+        Launch l = reduction(fam, dt, op, cnt, rng.below(2), rng.below(2));
+        finish(l, s, rng);
+        s.launches.push_back(l);
+      }
+  return s;
+}
+
 std::vector<Scenario> scenarios(uint64_t seed) {
   std::vector<Scenario> v;
   v.push_back(matrix("matrix1", 1, 1024, seed + 1));
@@ -272,6 +290,7 @@ std::vector<Scenario> scenarios(uint64_t seed) {
   v.push_back(mixed("mixed8", 8, 1024, 24, seed + 7));
   v.push_back(skew("skew4", 4, seed + 9));
   v.push_back(wide("wide3", seed + 11));
+  v.push_back(pairs("pairs2", seed + 12));
   // abort: for each family, one checked launch, then one that rank 0 never
   // starts; it raises the abort flag instead, and every other rank's kernel
   // must return rather than hang.

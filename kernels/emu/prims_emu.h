@@ -184,3 +184,15 @@ __forceinline__ u16 f32_to_bf16(float a) {
   if ((x & 0x7fffffff) > 0x7f800000) return (u16)((x >> 16) | 0x40);  // quiet NaN
   return (u16)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
+
+// The packed 16-bit sums: widened, added and rounded back, which gives the
+// correctly rounded sum (float32 holds more than twice their precision).
+__forceinline__ float bf16_to_f32(u16 b) { return emu_f32_from_bits((u32)b << 16); }
+__forceinline__ u32 add_bf16x2(u32 a, u32 b) {
+  return f32_to_bf16(bf16_to_f32((u16)a) + bf16_to_f32((u16)b)) |
+         (u32)f32_to_bf16(bf16_to_f32((u16)(a >> 16)) + bf16_to_f32((u16)(b >> 16))) << 16;
+}
+__forceinline__ u32 add_f16x2(u32 a, u32 b) {
+  return f32_to_f16(f16_to_f32((u16)a) + f16_to_f32((u16)b)) |
+         (u32)f32_to_f16(f16_to_f32((u16)(a >> 16)) + f16_to_f32((u16)(b >> 16))) << 16;
+}

@@ -17,7 +17,8 @@
 //   pdl  the one-shot back to back, eager and in a graph, with and
 //        without programmatic dependent launch.
 //   tma  copies over NVLink by SM loads/stores against bulk copies (TMA),
-//        pushed and pulled, and bulk reductions into the peer (tma.cuh).
+//        pushed and pulled, and bulk reductions into the peer (tma.cuh);
+//        PROBE_TMA_MIB=64,128 and PROBE_TMA_MODE=ldst-push narrow it.
 //   hop  what one dependency between the GPUs costs on streams (flags by
 //        stream memory operations, events) and in kernels (hop.cuh).
 //

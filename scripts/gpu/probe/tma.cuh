@@ -97,8 +97,26 @@ void probe_tma() {
       {"bulk-pull", 1, true, 132, 32, 4},  {"bulk-pull", 1, true, 264, 16, 4},  {"bulk-pull", 1, true, 396, 16, 4},
       {"red-push", 2, false, 132, 32, 4},  {"red-push", 2, false, 264, 16, 4},
   };
-  for (size_t bytes : {16 * MiB, 32 * MiB, 128 * MiB, 512 * MiB}) {
+  // PROBE_TMA_MIB (sizes, comma-separated MiB up to 512) and PROBE_TMA_MODE
+  // (a mode name) narrow the sweep.
+  std::vector<size_t> sizes = {16 * MiB, 32 * MiB, 128 * MiB, 512 * MiB};
+  if (const char* e = getenv("PROBE_TMA_MIB")) {
+    sizes.clear();
+    for (const char* q = e; *q;) {
+      char* end;
+      const size_t mib = strtoul(q, &end, 10);
+      if (end == q || mib == 0 || mib * MiB > maxBytes) {
+        fprintf(stderr, "probe: PROBE_TMA_MIB=%s: want MiB in 1..512, comma-separated\n", e);
+        exit(2);
+      }
+      sizes.push_back(mib * MiB);
+      q = *end == ',' ? end + 1 : end;
+    }
+  }
+  const char* only = getenv("PROBE_TMA_MODE");
+  for (size_t bytes : sizes) {
     for (const Mode& m : modes) {
+      if (only && strcmp(only, m.name) != 0) continue;
       auto run = [&](int) {
         for (int g = 0; g < 2; g++) {
           CK(cudaSetDevice(g));
