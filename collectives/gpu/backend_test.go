@@ -120,8 +120,9 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 				assert.Zero(t, u64at(p, 40+8*r))
 				assert.Zero(t, u64at(p, 104+8*r))
 			}
-			// 64 MiB of staging over 2 halves x 3 sources x 128 blocks.
-			const slot = (64 << 20) / (2 * 3 * 128) &^ 15
+			// 64 MiB of staging over 2 halves x 3 sources x 128 blocks,
+			// each slot on a 4 KiB boundary.
+			const slot = (64 << 20) / (2 * 3 * 128) &^ (4<<10 - 1)
 			assert.Equal(t, uint64(slot), u64at(p, 232), "slot bytes")
 			assert.Equal(t, uint32(1), u32at(p, 240), "rank")
 			assert.Equal(t, uint32(3), u32at(p, 244), "nranks")

@@ -93,6 +93,12 @@ const (
 	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
 	stagingBudget = 64 << 20
 	maxSlot       = 128 << 10
+	// slotAlign: every default slot starts on a 4 KiB boundary of the
+	// staging, so that no warp's stores straddle more 128-byte lines than
+	// they fill. Slots only 16-byte aligned cost the one-shot 3.5-4% at 4-8
+	// MiB on 2x H200 (docs/perf.md, session 14); 3, 5, 6 and 7 ranks would
+	// otherwise get them.
+	slotAlign = 4 << 10
 	// The LL kernel's line buffers (kernels/ll.cu): kLLMaxBlocks blocks of
 	// kLLSlot line bytes, each line 8 bytes of data and 8 of flags, per
 	// (half, source rank).
@@ -107,7 +113,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		th:         collectives.DefaultThresholds,
 		grid:       defaultGrid,
 		blockBytes: defaultBlockBytes,
-		slot:       min(maxSlot, stagingBudget/(2*int64(max(nranks, 2))*maxBlocks)&^15),
+		slot:       min(maxSlot, stagingBudget/(2*int64(max(nranks, 2))*maxBlocks)&^(slotAlign-1)),
 		llBlock:    defaultLLBlock,
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,

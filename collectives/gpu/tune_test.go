@@ -99,14 +99,16 @@ func TestTuningDefaults(t *testing.T) {
 	}{
 		{1, 0, 128 << 10, defaultGrid, defaultCEGrid, 8 << 20},
 		{2, 0, 128 << 10, defaultGrid, defaultCEGrid, 8 << 20},
-		{3, 0, 87376, defaultGrid, defaultCEGrid, 4 << 20},
+		{3, 0, 84 << 10, defaultGrid, defaultCEGrid, 4 << 20},
 		{4, 0, 64 << 10, defaultGrid, defaultCEGrid, 2796192},
+		{6, 0, 40 << 10, defaultGrid, defaultCEGrid, 1677712},
+		{7, 0, 36 << 10, defaultGrid, defaultCEGrid, 1398096},
 		{8, 32, 32 << 10, 32, 32, 1198368},
 		{2, 8, 128 << 10, 8, 8, 8 << 20}, // Config.MaxBlocks caps every launch
 	} {
 		tu := defaultTuning(tc.nranks, tc.maxBlocks)
 		assert.Equal(t, tc.slot, tu.slot, "nranks %d", tc.nranks)
-		assert.Zero(t, tu.slot%16)
+		assert.Zero(t, tu.slot%slotAlign, "nranks %d", tc.nranks)
 		assert.LessOrEqual(t, 2*int64(tc.nranks)*maxBlocks*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
 		assert.Equal(t, tc.grid, tu.grid)
 		assert.Equal(t, tc.ceGrid, tu.ceGrid)
