@@ -90,7 +90,10 @@ case $MODE in
     M=(-b 256K -e 32M -f 2 -n 20 -w 5)
     # Graph runs as in full mode: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
     run all_reduce_mid_graph all_reduce "${M[@]}" -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
-    run all_reduce_mid all_reduce "${M[@]}" -- --coll all_reduce "${M[@]}"
+    # Eager runs 100 ops a timing on both sides: with 20, the ranks' start
+    # skew after the host barrier (13-24 us, docs/perf.md session 14) adds
+    # up to a microsecond to each op of the rank that waits.
+    run all_reduce_mid all_reduce "${M[@]}" -n 100 -- --coll all_reduce "${M[@]}" -n 100
     run all_reduce_mid_bf16_graph all_reduce "${M[@]}" -d bfloat16 -G 20 -- --coll all_reduce "${M[@]}" -n 100 -d bfloat16 --graph 20 ;;
   user)
     U=(-b "${PERF_MIN:-128M}" -e "$MAX" -f 2 -n 20 -w 5)
