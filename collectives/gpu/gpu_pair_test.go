@@ -22,12 +22,12 @@ func TestGPUPairSum16Exact(t *testing.T) {
 	r := newRig(t, 2, 8<<20)
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, algo := range []collectives.Algorithm{collectives.OneShot, collectives.TwoShot} {
+		for _, be := range r.bes {
+			be.forced = algo
+		}
 		for _, dt := range []collectives.DataType{collectives.BFloat16, collectives.Float16} {
 			for _, count := range []int{1<<20 + 3, 4 << 20} {
 				for _, inPlace := range []bool{false, true} {
-					for _, be := range r.bes {
-						be.forced = algo
-					}
 					ins := [][]byte{finite16(rng, dt, count), finite16(rng, dt, count)}
 					for rank, be := range r.bes {
 						require.NoError(t, r.drv.MemsetD8Async(be.ctx, r.recv[rank], 0xA5, uint64(2*count), r.streams[rank]))

@@ -185,14 +185,15 @@ __forceinline__ u16 f32_to_bf16(float a) {
   return (u16)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-// The packed 16-bit sums: widened, added and rounded back, which gives the
-// correctly rounded sum (float32 holds more than twice their precision).
+// The packed 16-bit sums: each lane widened, added and rounded back, which
+// gives the correctly rounded sum (float32 holds more than twice their
+// precision).
 __forceinline__ float bf16_to_f32(u16 b) { return emu_f32_from_bits((u32)b << 16); }
-__forceinline__ u32 add_bf16x2(u32 a, u32 b) {
-  return f32_to_bf16(bf16_to_f32((u16)a) + bf16_to_f32((u16)b)) |
-         (u32)f32_to_bf16(bf16_to_f32((u16)(a >> 16)) + bf16_to_f32((u16)(b >> 16))) << 16;
+template <float (*Widen)(u16), u16 (*Narrow)(float)>
+__forceinline__ u32 emu_add16x2(u32 a, u32 b) {
+  u32 r = 0;
+  for (int s = 0; s < 32; s += 16) r |= (u32)Narrow(Widen((u16)(a >> s)) + Widen((u16)(b >> s))) << s;
+  return r;
 }
-__forceinline__ u32 add_f16x2(u32 a, u32 b) {
-  return f32_to_f16(f16_to_f32((u16)a) + f16_to_f32((u16)b)) |
-         (u32)f32_to_f16(f16_to_f32((u16)(a >> 16)) + f16_to_f32((u16)(b >> 16))) << 16;
-}
+__forceinline__ u32 add_bf16x2(u32 a, u32 b) { return emu_add16x2<bf16_to_f32, f32_to_bf16>(a, b); }
+__forceinline__ u32 add_f16x2(u32 a, u32 b) { return emu_add16x2<f16_to_f32, f32_to_f16>(a, b); }

@@ -87,14 +87,14 @@ case $MODE in
       run "${c}_reg_huge" "$c" "${H[@]}" -R 2 -- --coll "$c" "${H[@]}"
     done ;;
   mid)
-    M=(-b 256K -e 32M -f 2 -n 20 -w 5)
+    M=(-b 256K -e 32M -f 2 -w 5)
     # Graph runs as in full mode: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
-    run all_reduce_mid_graph all_reduce "${M[@]}" -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
     # Eager runs 100 ops a timing on both sides: with 20, the ranks' start
     # skew after the host barrier (13-24 us, docs/perf.md session 14) adds
     # up to a microsecond to each op of the rank that waits.
+    run all_reduce_mid_graph all_reduce "${M[@]}" -n 20 -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
     run all_reduce_mid all_reduce "${M[@]}" -n 100 -- --coll all_reduce "${M[@]}" -n 100
-    run all_reduce_mid_bf16_graph all_reduce "${M[@]}" -d bfloat16 -G 20 -- --coll all_reduce "${M[@]}" -n 100 -d bfloat16 --graph 20 ;;
+    run all_reduce_mid_bf16_graph all_reduce "${M[@]}" -d bfloat16 -n 20 -G 20 -- --coll all_reduce "${M[@]}" -n 100 -d bfloat16 --graph 20 ;;
   user)
     U=(-b "${PERF_MIN:-128M}" -e "$MAX" -f 2 -n 20 -w 5)
     for c in ${PERF_COLLS:-all_reduce reduce_scatter broadcast all_gather}; do
