@@ -83,7 +83,7 @@ template <typename T, typename Op>
 __device__ void allreduce_oneshot(const Params& p) {
   Ctx c(p);
   const u64 count = p.count;
-  const u64 chunk = chunk_elems(count, p.slotBytes, sizeof(T));
+  const u64 chunk = chunk_elems(p, count, sizeof(T));
   const u64 stride = chunk * gridDim.x;
   const u64 stashBytes = dyn_smem_bytes();
   for (u64 base = chunk * blockIdx.x; base < count; base += stride) {
@@ -129,7 +129,7 @@ __device__ void allreduce_twoshot(const Params& p) {
   const u64 count = p.count;
   const int me = p.rank, nr = p.nranks;
   const u64 seg = round_up(ceil_div(count, nr), 16 / sizeof(T));
-  const u64 chunk = chunk_elems(seg, p.slotBytes, sizeof(T));
+  const u64 chunk = chunk_elems(p, seg, sizeof(T));
   const u64 stride = chunk * gridDim.x;
   for (u64 base = chunk * blockIdx.x; base < seg; base += stride) {
     // Piece of segment s in this round: [s*seg+base, +len(s)).

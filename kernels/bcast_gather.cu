@@ -12,7 +12,7 @@ __device__ void broadcast_oneshot(const Params& p) {
   Ctx c(p);
   const u64 bytes = p.count * p.elemSize;
   const int me = p.rank, root = p.root;
-  const u64 chunk = chunk_elems(bytes, p.slotBytes, 1);
+  const u64 chunk = chunk_elems(p, bytes, 1);
   const u64 stride = chunk * gridDim.x;
   for (u64 base = chunk * blockIdx.x; base < bytes; base += stride) {
     const u64 n = min64(chunk, bytes - base);
@@ -38,7 +38,7 @@ __device__ void allgather_oneshot(const Params& p) {
   Ctx c(p);
   const u64 bytes = p.count * p.elemSize;
   const int me = p.rank, nr = p.nranks;
-  const u64 chunk = chunk_elems(bytes, p.slotBytes, 1);
+  const u64 chunk = chunk_elems(p, bytes, 1);
   const u64 stride = chunk * gridDim.x;
   for (u64 base = chunk * blockIdx.x; base < bytes; base += stride) {
     const u64 n = min64(chunk, bytes - base);

@@ -19,9 +19,12 @@ struct f16 { u16 bits; };
 struct bf16 { u16 bits; };
 
 // Limits of the workspace layout; the Go side (collectives/gpu) uses the
-// same numbers.
+// same numbers. kMaxBlocks bounds a launch's grid through the signal area's
+// per-block slots and epochs; the staging has slots for the grid the
+// communicator was laid out for (Params.blockSlots), which may be less.
+// kThreads bounds a block (the launch bound); a launch may use fewer.
 constexpr int kMaxRanks = 8;
-constexpr int kMaxBlocks = 128;
+constexpr int kMaxBlocks = 512;
 constexpr int kThreads = 512;
 // Signal area: incoming slots [kMaxBlocks][kMaxRanks] u32, then the
 // per-block epoch counters [kMaxBlocks] u32.
@@ -54,7 +57,9 @@ struct Params {
   u64 signals;           //  32: this rank's signal area
   u64 peerSignals[kMaxRanks];  //  40: every rank's signal area, by rank
   u64 peerStaging[kMaxRanks];  // 104: every rank's staging, by rank
-  u64 peerBuf[kMaxRanks];      // 168: reserved (unused)
+  u32 blockSlots;        // 168: staging slots per (half, source): the grid the staging was laid out for
+  u32 shareBytes;        // 172: a block's share of a round is cut to a multiple of this (a power of 2, >= 16)
+  u64 reserved[7];       // 176: (unused)
   u64 slotBytes;         // 232: staging bytes per (half, source, block)
   i32 rank;              // 240
   i32 nranks;            // 244
@@ -67,6 +72,32 @@ struct Params {
   u32 ceSeq;             // 280: chunk 0's flag value (cereduce.cu)
   u32 ceDepth;           // 284: staging chunk slots per source (cereduce.cu)
 };                       // 288 bytes
+
+// The offsets collectives/gpu/params.go writes (its tests read these lines).
+#define GOCCL_PARAM_AT(field, off) \
+  static_assert(__builtin_offsetof(Params, field) == off, "Params." #field " moved: update collectives/gpu/params.go");
+GOCCL_PARAM_AT(send, 0)
+GOCCL_PARAM_AT(recv, 8)
+GOCCL_PARAM_AT(count, 16)
+GOCCL_PARAM_AT(abortFlag, 24)
+GOCCL_PARAM_AT(signals, 32)
+GOCCL_PARAM_AT(peerSignals, 40)
+GOCCL_PARAM_AT(peerStaging, 104)
+GOCCL_PARAM_AT(blockSlots, 168)
+GOCCL_PARAM_AT(shareBytes, 172)
+GOCCL_PARAM_AT(slotBytes, 232)
+GOCCL_PARAM_AT(rank, 240)
+GOCCL_PARAM_AT(nranks, 244)
+GOCCL_PARAM_AT(root, 248)
+GOCCL_PARAM_AT(flags, 252)
+GOCCL_PARAM_AT(elemSize, 256)
+GOCCL_PARAM_AT(ceChunks, 260)
+GOCCL_PARAM_AT(llOffset, 264)
+GOCCL_PARAM_AT(ceChunk, 272)
+GOCCL_PARAM_AT(ceSeq, 280)
+GOCCL_PARAM_AT(ceDepth, 284)
+#undef GOCCL_PARAM_AT
+static_assert(sizeof(Params) == 288, "Params changed size: update collectives/gpu/params.go");
 
 constexpr u32 kFlagCEDirect = 2;  // cereduce.cu: the peer's chunks land in recv itself
 
@@ -270,8 +301,8 @@ __device__ __forceinline__ V16 reduce_vec(const V16* v, int nin, int nranks) {
 // floats are added packed, two lanes an instruction, instead of widened to
 // float32, added and rounded back: the bits are the same, as float32 holds
 // more than twice their precision plus two bits (so rounding twice never
-// differs from rounding once), and the reduction issues a quarter of the
-// instructions.
+// differs from rounding once), and a 16-byte vector takes 4 instructions
+// instead of about 30.
 template <typename T, typename Op> struct Pair {
   __device__ __forceinline__ static V16 apply(V16 a, V16 b, int nranks) {
     const V16 v[2] = {a, b};
@@ -367,8 +398,8 @@ struct Ctx {
   __device__ __forceinline__ int next_half() const { return (epoch + 1) & 1; }
   // stage returns rank r's staging slot for (half, source rank src) of this block.
   __device__ __forceinline__ char* stage(int r, int half, int src) const {
-    const u64 halfBytes = (u64)p.nranks * kMaxBlocks * p.slotBytes;
-    return (char*)p.peerStaging[r] + (u64)half * halfBytes + ((u64)src * kMaxBlocks + blockIdx.x) * p.slotBytes;
+    const u64 halfBytes = (u64)p.nranks * p.blockSlots * p.slotBytes;
+    return (char*)p.peerStaging[r] + (u64)half * halfBytes + ((u64)src * p.blockSlots + blockIdx.x) * p.slotBytes;
   }
   // barrier: every rank's same block has arrived. Returns false when the
   // communicator was aborted while waiting. The release store alone
@@ -400,12 +431,16 @@ __device__ __forceinline__ u64 min64(u64 a, u64 b) { return a < b ? a : b; }
 __device__ __forceinline__ u64 ceil_div(u64 a, u64 b) { return (a + b - 1) / b; }
 __device__ __forceinline__ u64 round_up(u64 a, u64 b) { return ceil_div(a, b) * b; }
 
-// chunk_elems is the per-block, per-round element count: the slot capacity,
-// or less so that small messages spread over every block of the grid.
-__device__ __forceinline__ u64 chunk_elems(u64 total, u64 slotBytes, u64 elem) {
-  const u64 cap = slotBytes / elem;
-  const u64 align = 16 / elem;
-  u64 c = round_up(ceil_div(total, gridDim.x), align ? align : 1);
+// chunk_elems is the per-block, per-round element count of total elements
+// of elem bytes: the slot capacity, or less so that small messages spread
+// over every block of the grid, cut to a multiple of p.shareBytes (at least
+// 16, which the 16-byte loops need) so that each block's share starts on
+// the same boundary as the message. shareBytes is a power of 2, so the cut
+// is a mask: a 64-bit division would cost every launch a long routine.
+__device__ __forceinline__ u64 chunk_elems(const Params& p, u64 total, u64 elem) {
+  const u64 cap = p.slotBytes / elem;
+  const u64 share = (p.shareBytes > 16 ? p.shareBytes : 16) / elem;
+  const u64 c = (ceil_div(total, gridDim.x) + share - 1) & ~(share - 1);
   return c < cap ? c : cap;
 }
 

@@ -17,7 +17,7 @@ namespace goccl {
 
 constexpr int kLLMaxBlocks = 128;
 constexpr u64 kLLSlot = 8 << 10;  // line bytes per (half, source, block): 4 KiB of data
-constexpr u64 kLLEpochOffset = 96 << 10;  // [kMaxBlocks] u32 in the signal area
+constexpr u64 kLLEpochOffset = 96 << 10;  // [kLLMaxBlocks] u32 in the signal area
 
 // load_tail reads n <= 8 bytes at p into the low bytes of a u64 (aligned
 // whole words when it can, bytes otherwise).

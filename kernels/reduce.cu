@@ -12,7 +12,7 @@ __device__ void reduce_oneshot(const Params& p) {
   Ctx c(p);
   const u64 count = p.count;
   const int me = p.rank, root = p.root;
-  const u64 chunk = chunk_elems(count, p.slotBytes, sizeof(T));
+  const u64 chunk = chunk_elems(p, count, sizeof(T));
   const u64 stride = chunk * gridDim.x;
   for (u64 base = chunk * blockIdx.x; base < count; base += stride) {
     const u64 n = min64(chunk, count - base);
@@ -38,7 +38,7 @@ __device__ void reducescatter_oneshot(const Params& p) {
   Ctx c(p);
   const u64 count = p.count;
   const int me = p.rank, nr = p.nranks;
-  const u64 chunk = chunk_elems(count, p.slotBytes, sizeof(T));
+  const u64 chunk = chunk_elems(p, count, sizeof(T));
   const u64 stride = chunk * gridDim.x;
   for (u64 base = chunk * blockIdx.x; base < count; base += stride) {
     const u64 n = min64(chunk, count - base);

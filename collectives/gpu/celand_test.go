@@ -226,7 +226,7 @@ func TestCELandingLayout(t *testing.T) {
 			bes, _, _ := newFakeBackends(t, n, Config{})
 			be := bes[0]
 			ws := be.workspace
-			require.Equal(t, uint64(signalSize)+2*uint64(n)*maxBlocks*uint64(be.tune.slot)+llBytes(n)+landBytes(n, 1<<20), ws.Size)
+			require.Equal(t, uint64(signalSize)+2*uint64(n)*uint64(be.tune.grid)*uint64(be.tune.slot)+llBytes(n)+landBytes(n, 1<<20), ws.Size)
 			for owner := range n {
 				seen := map[uintptr]bool{}
 				lo := ws.Peers[owner] + uintptr(ws.Size-landBytes(n, 1<<20))

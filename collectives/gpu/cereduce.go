@@ -499,7 +499,7 @@ func (be *Backend) launchChunk(a *collectives.Args, pl *cePlan, seq, i uint32, l
 func (be *Backend) launchCE(a *collectives.Args, s cuda.Stream) error {
 	cfg := cuda.LaunchConfig{
 		Grid:   cuda.Dim3{X: uint32(be.tune.ceGrid), Y: 1, Z: 1},
-		Block:  cuda.Dim3{X: threads, Y: 1, Z: 1},
+		Block:  cuda.Dim3{X: maxThreads, Y: 1, Z: 1},
 		Stream: s,
 	}
 	if err := be.drv.LaunchKernel(be.ctx, be.fns.get(famCEReduce, a.Type, a.Op), cfg, be.prm[:]); err != nil {

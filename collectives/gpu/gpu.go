@@ -137,11 +137,11 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		return nil, fmt.Errorf("gpu backend: transport %s: %w", name, err)
 	}
 
-	// Workspace: signal slots, then two staging halves of nranks*maxBlocks
+	// Workspace: signal slots, then two staging halves of nranks*grid
 	// slots each, the LL kernel's lines and the copy engines' landing
 	// area, mapped by every peer.
 	slot := uint64(tune.slot)
-	llOffset := 2 * uint64(nranks) * maxBlocks * slot
+	llOffset := 2 * uint64(nranks) * uint64(tune.grid) * slot
 	staging := llOffset + llBytes(nranks)
 	landing := landBytes(nranks, tune.ceLand)
 	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging+landing); err != nil {
@@ -161,7 +161,8 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		peerSig[r] = ws.Peers[r]
 		peerStage[r] = ws.Peers[r] + signalSize
 	}
-	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage, slot, llOffset)
+	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage,
+		layout{blockSlots: uint32(tune.grid), shareBytes: uint32(tune.share), slotBytes: slot, llOffset: llOffset})
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
 		return nil, err

@@ -4,21 +4,25 @@ import "encoding/binary"
 
 // Workspace and launch constants shared with kernels/common.cuh.
 const (
-	maxRanks  = 8   // kMaxRanks
-	maxBlocks = 128 // kMaxBlocks: staging slots per (half, source)
-	threads   = 512 // kThreads
-	epochOff  = maxBlocks * maxRanks * 4
+	maxRanks = 8 // kMaxRanks
+	// maxBlocks (kMaxBlocks) bounds a launch's grid: the signal area has a
+	// barrier slot per (block, rank) and an epoch per block. The staging has
+	// slots for the communicator's grid (tuning.grid, Params.blockSlots).
+	maxBlocks = 512
+	// maxThreads (kThreads) bounds a block: the kernels' launch bound.
+	maxThreads = 512
+	epochOff   = maxBlocks * maxRanks * 4
 	// signalSize: barrier slots and epochs, the copy-engine flags (ce.go)
 	// and the LL kernel's epochs, padded.
 	signalSize = 128 << 10
-	llEpochOff = 96 << 10 // kLLEpochOffset: [maxBlocks] u32
+	llEpochOff = 96 << 10 // kLLEpochOffset: [llMaxBlocks] u32
 )
 
 // The signal area's users do not overlap (a negative array length fails
 // the build): barrier slots and epochs, copy-engine flags, LL epochs.
 var (
 	_ [llEpochOff - (ceFlagOff + ceFlagBytes + ceCountBytes)]struct{}
-	_ [signalSize - (llEpochOff + 4*maxBlocks)]struct{}
+	_ [signalSize - (llEpochOff + 4*llMaxBlocks)]struct{}
 )
 
 // Offsets of struct goccl::Params (kernels/common.cuh).
@@ -30,8 +34,9 @@ const (
 	offSignals     = 32
 	offPeerSignals = 40
 	offPeerStaging = offPeerSignals + 8*maxRanks // 104
-	offPeerBuf     = offPeerStaging + 8*maxRanks // 168
-	offSlotBytes   = offPeerBuf + 8*maxRanks     // 232
+	offBlockSlots  = offPeerStaging + 8*maxRanks // 168
+	offShareBytes  = 172
+	offSlotBytes   = 232
 	offRank        = 240
 	offNRanks      = 244
 	offRoot        = 248
@@ -52,8 +57,16 @@ type params [paramSize]byte
 func (p *params) u64(off int, v uint64) { binary.LittleEndian.PutUint64(p[off:], v) }
 func (p *params) u32(off int, v uint32) { binary.LittleEndian.PutUint32(p[off:], v) }
 
+// layout is where the staged kernels find their slots: slots per (half,
+// source rank), bytes per slot, the multiple each block's share of a round
+// is cut to, and where the LL lines start in each staging.
+type layout struct {
+	blockSlots, shareBytes uint32
+	slotBytes, llOffset    uint64
+}
+
 // setStatic writes the fields that do not change between launches.
-func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSignals, peerStaging []uintptr, slotBytes, llOffset uint64) {
+func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSignals, peerStaging []uintptr, l layout) {
 	*p = params{}
 	p.u64(offAbort, uint64(abortFlag))
 	p.u64(offSignals, uint64(signals))
@@ -61,8 +74,10 @@ func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSig
 		p.u64(offPeerSignals+8*r, uint64(peerSignals[r]))
 		p.u64(offPeerStaging+8*r, uint64(peerStaging[r]))
 	}
-	p.u64(offSlotBytes, slotBytes)
-	p.u64(offLLOffset, llOffset)
+	p.u32(offBlockSlots, l.blockSlots)
+	p.u32(offShareBytes, l.shareBytes)
+	p.u64(offSlotBytes, l.slotBytes)
+	p.u64(offLLOffset, l.llOffset)
 	p.u32(offRank, uint32(rank))
 	p.u32(offNRanks, uint32(nranks))
 }

@@ -55,7 +55,7 @@ func (t *tuning) stashFor(count uint64, elem int64, grid int) uint32 {
 	if t.stash == 0 {
 		return 0
 	}
-	chunk := min(roundUp(ceilDiv(count, uint64(grid)), uint64(16/elem)), uint64(t.slot/elem))
+	chunk := min(roundUp(ceilDiv(count, uint64(grid)), uint64(t.share/elem)), uint64(t.slot/elem))
 	if bytes := chunk * uint64(elem); bytes <= uint64(t.stash) {
 		return uint32(bytes)
 	}

@@ -16,24 +16,29 @@ func TestStashFor(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		stash int64
+		share int64
 		count uint64
 		elem  int64
 		grid  int
 		want  uint32
 	}{
-		{"8 MiB float32 on 128 blocks", 128 << 10, 2 << 20, 4, 128, 64 << 10},
-		{"8 MiB bfloat16 on 128 blocks", 128 << 10, 4 << 20, 2, 128, 64 << 10},
-		{"a whole slot", 128 << 10, 4 << 20, 4, 128, 128 << 10},
-		{"past a slot: the rounds are slots", 128 << 10, 8 << 20, 4, 128, 128 << 10},
-		{"rounded up to 16 bytes", 128 << 10, 1000, 4, 3, 1344}, // ceil(1000/3) = 334 -> 336 elements
-		{"one element", 128 << 10, 1, 8, 1, 16},
-		{"one byte", 128 << 10, 1, 1, 1, 16},
-		{"a round past the stash", 32 << 10, 2 << 20, 4, 128, 0},
-		{"a round the stash just holds", 64 << 10, 2 << 20, 4, 128, 64 << 10},
-		{"stash off", 0, 2 << 20, 4, 128, 0},
+		{"8 MiB float32 on 128 blocks", 128 << 10, 16, 2 << 20, 4, 128, 64 << 10},
+		{"8 MiB bfloat16 on 128 blocks", 128 << 10, 16, 4 << 20, 2, 128, 64 << 10},
+		{"a whole slot", 128 << 10, 16, 4 << 20, 4, 128, 128 << 10},
+		{"past a slot: the rounds are slots", 128 << 10, 16, 8 << 20, 4, 128, 128 << 10},
+		{"rounded up to 16 bytes", 128 << 10, 16, 1000, 4, 3, 1344}, // ceil(1000/3) = 334 -> 336 elements
+		{"one element", 128 << 10, 16, 1, 8, 1, 16},
+		{"one byte", 128 << 10, 16, 1, 1, 1, 16},
+		{"8 MiB on 132 blocks, 16-byte shares", 128 << 10, 16, 2 << 20, 4, 132, 63552},   // 15888 elements
+		{"8 MiB on 132 blocks, 128-byte shares", 128 << 10, 128, 2 << 20, 4, 132, 63616}, // 15904 elements
+		{"128-byte shares of bfloat16", 128 << 10, 128, 1000, 2, 3, 768},                 // 334 -> 384 elements
+		{"shares past the slot: a slot", 128 << 10, 4096, 4 << 20, 4, 100, 128 << 10},
+		{"a round past the stash", 32 << 10, 16, 2 << 20, 4, 128, 0},
+		{"a round the stash just holds", 64 << 10, 16, 2 << 20, 4, 128, 64 << 10},
+		{"stash off", 0, 16, 2 << 20, 4, 128, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tu := tuning{slot: 128 << 10, stash: tc.stash}
+			tu := tuning{slot: 128 << 10, stash: tc.stash, share: tc.share}
 			assert.Equal(t, tc.want, tu.stashFor(tc.count, tc.elem, tc.grid))
 		})
 	}

@@ -13,8 +13,11 @@ import (
 // EnvTune names the variable that overrides the launch shapes and the
 // algorithm thresholds, for tuning runs on a new machine: a comma-separated
 // list of key=value, sizes in nccl-tests' spelling, e.g.
-// GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid, blockbytes, slot,
-// llblock, twoshot (more than two ranks), twoshot2 (two ranks), stash (the
+// GOCCL_TUNE=grid=64,ll.all_reduce=128K. Keys: grid (also the staging's
+// slots per source, so the default slot follows it), threads (per block,
+// a multiple of 32 up to 512), blockbytes, slot, share (a block's share of
+// a round is cut to a multiple of this power of two, 16 or more), llblock,
+// twoshot (more than two ranks), twoshot2 (two ranks), stash (the
 // one-shot AllReduce's round kept in shared memory, 0 for none), cechunk,
 // cegrid, cedirect (0 or 1), cefloor.<coll> and ceinline.<coll> (0 or 1)
 // (copy-engine reductions),
@@ -29,14 +32,24 @@ const EnvTune = "GOCCL_TUNE"
 // tuning is the launch shape and algorithm choice of one communicator.
 type tuning struct {
 	th collectives.Thresholds
-	// grid caps the blocks of a one-shot or two-shot launch; blockBytes
-	// adds a block per that many bytes per rank, so small messages use few
-	// blocks and large ones spread.
+	// grid caps the blocks of a one-shot or two-shot launch, and the
+	// staging has a slot per block of it; blockBytes adds a block per that
+	// many bytes per rank, so small messages use few blocks and large ones
+	// spread. threads is every such launch's block.
 	grid       int
+	threads    int
 	blockBytes int64
 	// slot is the staging per (half, source rank, block), the most one
 	// block moves per barrier; fixed at New, as it sizes the workspace.
-	slot int64
+	// Unless given (slotGiven), it follows the grid and nranks, which
+	// share the staging budget (defaultSlot).
+	slot      int64
+	slotGiven bool
+	nranks    int
+	// share: a block's share of a round is a multiple of this many bytes
+	// (kernels/common.cuh chunk_elems), so that it starts on the same
+	// boundary as the message.
+	share int64
 	// The LL kernel: a block per llBlock bytes, at least enough blocks that
 	// none carries more than its line buffer holds.
 	llBlock int64
@@ -69,6 +82,8 @@ type tuning struct {
 // Defaults measured on 2x H200 (docs/perf.md).
 const (
 	defaultGrid       = 128
+	defaultThreads    = maxThreads
+	defaultShare      = 16
 	defaultBlockBytes = 16 << 10
 	defaultLLBlock    = 2 << 10
 	defaultCEChunk    = 8 << 20
@@ -90,9 +105,12 @@ const (
 	defaultCEFloorAllReduce     = 64 << 20
 	defaultCEFloorReduceScatter = 16 << 20
 	// stagingBudget: the staging of one rank, 2 halves x nranks sources x
-	// maxBlocks slots, stays within this, so slots shrink as ranks grow.
+	// grid slots, stays within this, so slots shrink as ranks or blocks
+	// grow.
 	stagingBudget = 64 << 20
 	maxSlot       = 128 << 10
+	// maxStaging bounds the staging that an explicit slot and grid ask for.
+	maxStaging = 2 << 30
 	// slotAlign: every default slot starts on a 4 KiB boundary of the
 	// staging, so that no warp's stores straddle more 128-byte lines than
 	// they fill. Slots only 16-byte aligned cost the one-shot 3.5-4% at 4-8
@@ -112,8 +130,10 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	t := tuning{
 		th:         collectives.DefaultThresholds,
 		grid:       defaultGrid,
+		threads:    defaultThreads,
 		blockBytes: defaultBlockBytes,
-		slot:       min(maxSlot, stagingBudget/(2*int64(max(nranks, 2))*maxBlocks)&^(slotAlign-1)),
+		nranks:     nranks,
+		share:      defaultShare,
 		llBlock:    defaultLLBlock,
 		ceChunk:    defaultCEChunk,
 		ceGrid:     defaultCEGrid,
@@ -134,7 +154,15 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		t.grid = maxBlocksCfg
 		t.ceGrid = min(t.ceGrid, maxBlocksCfg)
 	}
+	t.slot = defaultSlot(nranks, t.grid)
 	return t
+}
+
+// defaultSlot shares the staging budget between 2 halves x nranks sources
+// x grid blocks (at least 2 sources), in slots on slotAlign boundaries of
+// at most maxSlot.
+func defaultSlot(nranks, grid int) int64 {
+	return min(maxSlot, stagingBudget/(2*int64(max(nranks, 2))*int64(grid))&^(slotAlign-1))
 }
 
 // parse applies spec (GOCCL_TUNE's syntax) to t.
@@ -151,6 +179,9 @@ func (t *tuning) parse(spec string) error {
 		if err := t.set(key, val); err != nil {
 			return fmt.Errorf("%s: %s: %w", EnvTune, kv, err)
 		}
+	}
+	if !t.slotGiven {
+		t.slot = defaultSlot(t.nranks, t.grid)
 	}
 	return t.check()
 }
@@ -173,6 +204,14 @@ func (t *tuning) set(key, val string) error {
 		*dst = n
 		return nil
 	}
+	if key == "threads" {
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 32 || n > maxThreads || n%32 != 0 {
+			return fmt.Errorf("want a multiple of 32 up to %d: %w", maxThreads, collectives.ErrInvalidArgument)
+		}
+		t.threads = n
+		return nil
+	}
 	v, err := units.ParseSize(val)
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, collectives.ErrInvalidArgument)
@@ -181,7 +220,9 @@ func (t *tuning) set(key, val string) error {
 	case "blockbytes":
 		t.blockBytes = v
 	case "slot":
-		t.slot = v
+		t.slot, t.slotGiven = v, true
+	case "share":
+		t.share = v
 	case "llblock":
 		t.llBlock = v
 	case "cechunk":
@@ -228,6 +269,11 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: stash %d: want 0 (off) or more bytes: %w", EnvTune, t.stash, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:
 		return fmt.Errorf("%s: slot %d: want a multiple of 16 up to 1M: %w", EnvTune, t.slot, collectives.ErrInvalidArgument)
+	case 2*int64(max(t.nranks, 2))*int64(t.grid)*t.slot > maxStaging:
+		return fmt.Errorf("%s: slot %d on %d blocks: %d bytes of staging at %d ranks, want at most %d: %w",
+			EnvTune, t.slot, t.grid, 2*int64(max(t.nranks, 2))*int64(t.grid)*t.slot, t.nranks, int64(maxStaging), collectives.ErrInvalidArgument)
+	case t.share < 16 || t.share&(t.share-1) != 0 || t.share > t.slot:
+		return fmt.Errorf("%s: share %d: want a power of 2 from 16 up to the slot (%d): %w", EnvTune, t.share, t.slot, collectives.ErrInvalidArgument)
 	case t.th.LL[collectives.AllReduce] > llMaxBytes:
 		return fmt.Errorf("%s: ll.all_reduce %d: the LL kernel holds at most %d bytes: %w",
 			EnvTune, t.th.LL[collectives.AllReduce], llMaxBytes, collectives.ErrInvalidArgument)

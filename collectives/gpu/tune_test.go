@@ -24,8 +24,21 @@ func TestTuningParse(t *testing.T) {
 		{"", func(*tuning) {}, ""},
 		{" grid=16 , blockbytes=8K", func(t *tuning) { t.grid, t.blockBytes = 16, 8<<10 }, ""},
 		{"grid=128,slot=4K,twoshot=1M,llblock=512", func(t *tuning) {
-			t.grid, t.slot, t.th.TwoShot, t.llBlock = 128, 4<<10, 1<<20, 512
+			t.grid, t.slot, t.slotGiven, t.th.TwoShot, t.llBlock = 128, 4<<10, true, 1<<20, 512
 		}, ""},
+		// The default slot follows the grid: 64 MiB over 2 halves x 2
+		// sources x grid slots, on 4 KiB boundaries.
+		{"grid=132", func(t *tuning) { t.grid, t.slot = 132, 124<<10 }, ""},
+		{"grid=264,threads=256", func(t *tuning) { t.grid, t.threads, t.slot = 264, 256, 60<<10 }, ""},
+		{"grid=512", func(t *tuning) { t.grid, t.slot = 512, 32<<10 }, ""},
+		{"grid=64", func(t *tuning) { t.grid = 64 }, ""}, // still at most 128 KiB
+		// A slot given wins, whichever comes first.
+		{"grid=132,slot=64K", func(t *tuning) { t.grid, t.slot, t.slotGiven = 132, 64<<10, true }, ""},
+		{"slot=64K,grid=132", func(t *tuning) { t.grid, t.slot, t.slotGiven = 132, 64<<10, true }, ""},
+		{"threads=32", func(t *tuning) { t.threads = 32 }, ""},
+		{"share=128", func(t *tuning) { t.share = 128 }, ""},
+		{"share=128K", func(t *tuning) { t.share = 128 << 10 }, ""},
+		{"grid=512,slot=1M", func(t *tuning) { t.grid, t.slot, t.slotGiven = 512, 1<<20, true }, ""}, // 2 GiB: the most
 		{"ll.all_reduce=16K", func(t *tuning) { t.th.LL[collectives.AllReduce] = 16 << 10 }, ""},
 		{"twoshot2=4M", func(t *tuning) { t.th.TwoShotPair = 4 << 20 }, ""},
 		{"ce.broadcast=64M,ce.all_gather=16M", func(t *tuning) {
@@ -56,9 +69,16 @@ func TestTuningParse(t *testing.T) {
 		{"cefloor.all_reduce=8", nil, "at least 16 bytes"},
 		{"cefloor.broadcast=8M", nil, "unknown key"},
 		{"grid=0", nil, "grid=0"},
-		{"cegrid=129", nil, "cegrid=129"},
+		{"cegrid=513", nil, "want 1 to 512 blocks"},
 		{"cechunk=100", nil, "cechunk 100"},
-		{"grid=129", nil, "grid=129"},
+		{"grid=513", nil, "grid=513"},
+		{"threads=0", nil, "multiple of 32 up to 512"},
+		{"threads=100", nil, "threads=100"},
+		{"threads=1024", nil, "multiple of 32 up to 512"},
+		{"threads=many", nil, "multiple of 32"},
+		{"share=8", nil, "share 8: want a power of 2 from 16"},
+		{"share=96", nil, "share 96"},
+		{"slot=64K,share=128K", nil, "up to the slot (65536)"},
 		{"grid", nil, "not key=value"},
 		{"slot=100", nil, "multiple of 16"},
 		{"slot=2M", nil, "up to 1M"},
@@ -90,6 +110,19 @@ func TestTuningParse(t *testing.T) {
 	}
 }
 
+// An explicit slot and grid may not ask for more than maxStaging.
+func TestTuningStagingBound(t *testing.T) {
+	tu := defaultTuning(8, 0)
+	require.NoError(t, tu.parse("grid=128,slot=1M")) // 2 GiB at 8 ranks: the most
+	tu = defaultTuning(8, 0)
+	err := tu.parse("grid=129,slot=1M")
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "slot 1048576 on 129 blocks: 2164260864 bytes of staging at 8 ranks")
+	tu = defaultTuning(8, 0)
+	require.NoError(t, tu.parse("grid=512")) // the default slot shrinks instead
+	assert.Equal(t, int64(8<<10), tu.slot)
+}
+
 func TestTuningDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		nranks, maxBlocks int
@@ -103,13 +136,18 @@ func TestTuningDefaults(t *testing.T) {
 		{4, 0, 64 << 10, defaultGrid, defaultCEGrid, 2796192},
 		{6, 0, 40 << 10, defaultGrid, defaultCEGrid, 1677712},
 		{7, 0, 36 << 10, defaultGrid, defaultCEGrid, 1398096},
-		{8, 32, 32 << 10, 32, 32, 1198368},
-		{2, 8, 128 << 10, 8, 8, 8 << 20}, // Config.MaxBlocks caps every launch
+		{8, 0, 32 << 10, defaultGrid, defaultCEGrid, 1198368},
+		// Config.MaxBlocks caps every launch, and the slots follow.
+		{8, 32, 128 << 10, 32, 32, 1198368},
+		{8, 512, 8 << 10, 512, defaultCEGrid, 1198368},
+		{2, 8, 128 << 10, 8, 8, 8 << 20},
 	} {
 		tu := defaultTuning(tc.nranks, tc.maxBlocks)
 		assert.Equal(t, tc.slot, tu.slot, "nranks %d", tc.nranks)
 		assert.Zero(t, tu.slot%slotAlign, "nranks %d", tc.nranks)
-		assert.LessOrEqual(t, 2*int64(tc.nranks)*maxBlocks*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
+		assert.LessOrEqual(t, 2*int64(tc.nranks)*int64(tu.grid)*tu.slot, int64(stagingBudget), "nranks %d", tc.nranks)
+		assert.Equal(t, defaultThreads, tu.threads)
+		assert.Equal(t, int64(defaultShare), tu.share)
 		assert.Equal(t, tc.grid, tu.grid)
 		assert.Equal(t, tc.ceGrid, tu.ceGrid)
 		assert.Equal(t, tc.land, tu.ceLand, "nranks %d", tc.nranks)

@@ -93,6 +93,7 @@ struct Launch {
   int delayRank, delayUs;  // one rank starts late (delayRank -1: none)
   bool delaySlow;          // and then reads slowly (emu_set_slow)
   unsigned smem;           // dynamic shared memory bytes (the one-shot AllReduce's stash)
+  unsigned share;          // Params.shareBytes: blocks' shares cut to multiples of this
 };
 
 struct Scenario {
@@ -102,6 +103,10 @@ struct Scenario {
   std::vector<Launch> launches;
   std::string group;  // what -run and -list name (the name when empty)
   long abortAt = -1;  // launch that rank 0 skips, raising the abort flag instead
+  // Staging slots per (half, source), Params.blockSlots: the grid the
+  // layout is for. More than finish()'s grids of 1-3 blocks, so that a
+  // launch narrower than its layout is the rule.
+  int slots = 4;
 };
 
 using Options = EmuOptions;
@@ -133,6 +138,9 @@ void finish(Launch& l, const Scenario& s, Rng& rng) {
   static const int kThreadChoices[] = {16, 16, 16, 32};
   l.threads = s.nranks > 4 ? 16 : kThreadChoices[rng.below(4)];
   l.seed = rng.next();
+  // Shares on 16-byte boundaries (the default) or on wider ones.
+  static const unsigned kShareChoices[] = {16, 16, 32, 128};
+  l.share = kShareChoices[rng.below(4)];
   // The one-shot AllReduce keeps a round in dynamic shared memory where it
   // fits: none, room for every round, or a random size that some rounds
   // (a short last chunk) fit and others do not.
@@ -241,18 +249,21 @@ Scenario skew(const char* name, int n, uint64_t seed) {
   return s;
 }
 
-// wide: every family once on the widest grid (kMaxBlocks blocks) at 3
-// ranks, with a count that gives every block the same share, so that the
-// last blocks' staging slots, LL lines and epochs are used too (and would
-// overlap another source's if a layout stride were short).
+// wide: every family once on a wide grid at 3 ranks, one that fills a
+// layout of 132 slots (the H200's SMs; not a power of two), with a count
+// that gives every block the same share, so that the last blocks' staging
+// slots, LL lines and epochs are used too (and would overlap another
+// source's if a layout stride were short).
 Scenario wide(const char* name, uint64_t seed) {
   Scenario s{name, 3, 512, {}, "", -1};
+  s.slots = 132;
   Rng rng{seed};
-  const uint64_t cnt = (uint64_t)goccl::kMaxBlocks * 24;
+  const uint64_t cnt = (uint64_t)s.slots * 24;
   for (int fam = 0; fam < kNumFamilies; fam++) {
     Launch l = family_reduces(fam) ? reduction(fam, kF32, kSum, cnt, 1, false) : copy(fam, 4, cnt, 1, false);
     finish(l, s, rng);
-    l.grid = goccl::kMaxBlocks;
+    l.grid = fam == kARL ? (int)kEmuLLMaxBlocks : s.slots;  // (the LL lines have their own, fixed layout)
+    l.share = 16;
     l.threads = 16;
     l.delayRank = -1;
     s.launches.push_back(l);
@@ -316,6 +327,7 @@ std::vector<Scenario> scenarios(uint64_t seed) {
 struct Comm {
   int n = 0;
   uint64_t slot = 0, wsBytes = 0, regBytes = 0, llOffset = 0;
+  int slots = 0;  // staging slots per (half, source)
   char* base = nullptr;
   size_t size = 0;
   u32* abortFlag = nullptr;
@@ -328,8 +340,9 @@ bool comm_create(Comm& c, const Scenario& s) {
   const size_t pg = page_size();
   c.n = s.nranks;
   c.slot = s.slotBytes;
+  c.slots = s.slots;
   // The layout of collectives/gpu: signals, staging halves, then LL lines.
-  const uint64_t staging = 2ull * c.n * goccl::kMaxBlocks * c.slot;
+  const uint64_t staging = 2ull * c.n * c.slots * c.slot;
   const uint64_t lines = 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot;
   c.llOffset = staging;
   c.wsBytes = round_up(kSignalSize + staging + lines, pg);
@@ -573,9 +586,9 @@ void label_of(char* buf, size_t n, const Scenario& s, size_t li, const Launch& l
     snprintf(what, sizeof what, "%s %s %s", kFamilyName[l.fam], kDtName[l.dt], kOpName[l.op]);
   else
     snprintf(what, sizeof what, "%s elem%d", kFamilyName[l.fam], l.es);
-  snprintf(buf, n, "%s launch %zu (%s count=%llu grid=%d threads=%d smem=%u root=%d %s) rank %d", s.name.c_str(), li,
-           what, (unsigned long long)l.count, l.grid, l.threads, l.smem, l.root, l.inplace ? "in-place" : "out-of-place",
-           me);
+  snprintf(buf, n, "%s launch %zu (%s count=%llu grid=%d threads=%d smem=%u share=%u root=%d %s) rank %d",
+           s.name.c_str(), li, what, (unsigned long long)l.count, l.grid, l.threads, l.smem, l.share, l.root,
+           l.inplace ? "in-place" : "out-of-place", me);
 }
 
 int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t nl) {
@@ -601,6 +614,8 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
       p.peerStaging[r] = (uint64_t)c.ws[r] + kSignalSize;
     }
     p.slotBytes = c.slot;
+    p.blockSlots = (u32)c.slots;
+    p.shareBytes = l.share;
     p.rank = me;
     p.nranks = c.n;
     p.root = l.root;
