@@ -3,7 +3,7 @@
 # the launch shapes and thresholds of GOCCL_TUNE (collectives/gpu/tune.go),
 # printing one line per (setting, size) last. Run from the repo root on
 # nvidia-h200-x2 with binaries from scripts/gpu/build.sh (carried as .gpu):
-#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|direct|all]...
+#   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|direct|blocks|all]...
 # --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
 set -u
 . "$(dirname "$0")/env.sh" tune
@@ -131,6 +131,24 @@ if want small; then
     S=(-b 128K -e 2M -f 2 -n 20 -w 5 -G $g)
     sweep "ar G=$g ll" GOCCL_ALGO=ll -- all_reduce "${S[@]}"
     sweep "ar G=$g oneshot" GOCCL_ALGO=oneshot -- all_reduce "${S[@]}"
+  done
+fi
+if want blocks; then
+  # Launch shapes (the staging's slots follow the grid): every SM of an
+  # H200 (132 blocks), two blocks of 256 threads per SM (264), and shares
+  # cut to 128-byte lines. Correctness first, then AllReduce in graphs
+  # where the one-shot and two-shot serve; BLOCKS_TUNE overrides the
+  # shapes.
+  for t in grid=132,share=128 grid=264,threads=256,blockbytes=8K; do
+    check "$t" GOCCL_TUNE=$t -- --counts 1,7,4095,1048579 --large 16Mi --graph 20 --stress 300
+  done
+  [ $failed = 1 ] && PARTS=(none)
+fi
+if want blocks; then
+  for d in bfloat16 float; do
+    for t in ${BLOCKS_TUNE:-grid=128 grid=132 grid=132,share=128 grid=264,threads=256,blockbytes=8K}; do
+      sweep "ar $d G=20 $t" GOCCL_TUNE=$t -- all_reduce -b 2M -e 16M -f 2 -d "$d" -G 20 -n 20 -w 5
+    done
   done
 fi
 
