@@ -124,6 +124,8 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 			// each slot on a 4 KiB boundary.
 			const slot = (64 << 20) / (2 * 3 * 128) &^ (4<<10 - 1)
 			assert.Equal(t, uint64(slot), u64at(p, 232), "slot bytes")
+			assert.Equal(t, uint32(128), u32at(p, 168), "staging slots per source: the grid")
+			assert.Equal(t, uint32(16), u32at(p, 172), "shares cut to 16 bytes")
 			assert.Equal(t, uint32(1), u32at(p, 240), "rank")
 			assert.Equal(t, uint32(3), u32at(p, 244), "nranks")
 			assert.Equal(t, uint32(tc.args.Root), u32at(p, 248), "root")

@@ -24,9 +24,10 @@ type Config struct {
 	Device    int    // CUDA device ordinal this rank drives
 	Transport string // "", "uva", "ipc", "vmm" (GOCCL_TRANSPORT); "" chooses
 	Algo      string // GOCCL_ALGO: "", "oneshot", "twoshot", "ll", "ce", "nvls"
-	// MaxBlocks caps the blocks of one launch (0: the default, 128, which is
-	// also the most; GOCCL_TUNE may change it). Every rank must use the
-	// same value: New checks.
+	// MaxBlocks caps the blocks of one launch (0: the default, 128; at
+	// most 512; GOCCL_TUNE's grid overrides it). The staging has a slot
+	// per block, so fewer blocks get larger slots, up to 128 KiB. Every
+	// rank must use the same value: New checks.
 	MaxBlocks int
 }
 
