@@ -145,10 +145,13 @@ if want blocks; then
   [ $failed = 1 ] && PARTS=(none)
 fi
 if want blocks; then
-  for d in bfloat16 float; do
-    for t in ${BLOCKS_TUNE:-grid=128 grid=132 grid=132,share=128 grid=264,threads=256,blockbytes=8K}; do
+  for t in ${BLOCKS_TUNE:-grid=128 grid=132 grid=132,share=128 grid=264,threads=256,blockbytes=8K}; do
+    for d in bfloat16 float; do
       sweep "ar $d G=20 $t" GOCCL_TUNE=$t -- all_reduce -b 2M -e 16M -f 2 -d "$d" -G 20 -n 20 -w 5
     done
+    # Eager over 100 ops, as perf.sh mid times it (a rank's start skew
+    # weighs on fewer).
+    sweep "ar float eager $t" GOCCL_TUNE=$t -- all_reduce -b 8M -e 8M -d float -n 100 -w 5
   done
 fi
 
