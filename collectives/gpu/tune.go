@@ -32,10 +32,12 @@ const EnvTune = "GOCCL_TUNE"
 // tuning is the launch shape and algorithm choice of one communicator.
 type tuning struct {
 	th collectives.Thresholds
-	// grid caps the blocks of a one-shot or two-shot launch, and the
-	// staging has a slot per block of it; blockBytes adds a block per that
-	// many bytes per rank, so small messages use few blocks and large ones
-	// spread. threads is every such launch's block.
+	// grid caps the blocks of the staged kernels' launches (the LL kernel
+	// has its own cap), and the staging has a slot per block of it;
+	// blockBytes adds a block per that many bytes per rank, so small
+	// messages use few blocks and large ones spread. threads is the block
+	// of every launch Run makes (the copy-engine reductions' kernel keeps
+	// maxThreads).
 	grid       int
 	threads    int
 	blockBytes int64
