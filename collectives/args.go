@@ -18,6 +18,10 @@ type Args struct {
 	Op     Op // ignored by Broadcast and AllGather
 	Root   int
 	Stream uintptr // CUstream; ignored by the host backend
+	// Seq is the call's number on its communicator, counted alike on every
+	// rank (from 1; count-0 calls take theirs too), so that backends can
+	// tell ranks that meet in different calls.
+	Seq uint64
 }
 
 // InPlace reports whether the call reads and writes one buffer in NCCL's

@@ -16,6 +16,14 @@ type Backend interface {
 	Close() error
 }
 
+// GroupRunner is implemented by backends that run groups of calls
+// (point-to-point operations, fused collectives). g has been validated;
+// the backend may reorder nothing that NCCL's semantics fix: collectives
+// keep their order, point-to-point operations to one peer keep theirs.
+type GroupRunner interface {
+	RunGroup(ctx context.Context, g *Group) error
+}
+
 // Registrar is implemented by backends that can expose user buffers to
 // peers for zero-copy collectives (the GPU backend).
 type Registrar interface {

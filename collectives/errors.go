@@ -16,6 +16,7 @@ var (
 	ErrInvalidRoot       = wrapInvalid("invalid root")
 	ErrNilPointer        = wrapInvalid("nil buffer")
 	ErrMisaligned        = wrapInvalid("misaligned buffer")
+	ErrInvalidPeer       = wrapInvalid("invalid peer")
 
 	// ErrAborted is returned by every call on a communicator after Abort,
 	// wrapped with the reason (see PeerError).
@@ -24,6 +25,11 @@ var (
 	ErrClosed = errors.New("goccl: communicator closed")
 	// ErrTimeout is returned when a peer does not arrive in time.
 	ErrTimeout = errors.New("goccl: timed out waiting for peer")
+	// ErrNotSupported is returned for a call the backend cannot make.
+	ErrNotSupported = errors.New("goccl: not supported by this backend")
+	// ErrCallMismatch is wrapped by the error of ranks that met in calls of
+	// different numbers or kinds (a rank skipped or added a call).
+	ErrCallMismatch = errors.New("goccl: ranks are in different calls")
 )
 
 type invalidArg struct{ msg string }

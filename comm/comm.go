@@ -27,6 +27,10 @@ type Comm struct {
 
 	callMu sync.Mutex
 	args   collectives.Args // reused so that a call does not allocate
+	seq    uint64           // calls every rank makes, numbered alike; under callMu
+
+	groupMu sync.Mutex        // guards group
+	group   collectives.Group // reused by the one-call groups (Send, AllToAll, ...)
 
 	abortErr  atomic.Pointer[error]
 	closed    atomic.Bool
@@ -101,6 +105,11 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	if err := c.Err(); err != nil {
 		return err
 	}
+	// A context that ended before the call launches nothing and leaves the
+	// communicator as it was.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
 	a := &c.args
@@ -115,6 +124,11 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 		}
 		return err
 	}
+	// Valid calls take numbers, count-0 ones too: a rank that skips a call
+	// then meets its peers in a call of another number, which the backend
+	// detects.
+	c.seq++
+	a.Seq = c.seq
 	if err := c.backend.Run(ctx, a); err != nil {
 		return c.runFailed(ctx, err)
 	}

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/goccl/goccl/collectives"
@@ -14,7 +13,7 @@ var ErrMismatch = fmt.Errorf("%w: ranks disagree", collectives.ErrInvalidArgumen
 
 // ErrNotSupported is returned by Register and Alloc when the backend cannot
 // register memory (the host backend).
-var ErrNotSupported = errors.New("goccl: not supported by this backend")
+var ErrNotSupported = collectives.ErrNotSupported
 
 // Errors of the collectives package re-exported so that users import only
 // comm.
@@ -23,6 +22,8 @@ var (
 	ErrAborted         = collectives.ErrAborted
 	ErrClosed          = collectives.ErrClosed
 	ErrTimeout         = collectives.ErrTimeout
+	ErrInvalidPeer     = collectives.ErrInvalidPeer
+	ErrCallMismatch    = collectives.ErrCallMismatch
 )
 
 // PeerError says which rank failed and why.
