@@ -95,11 +95,11 @@ func (g *Group) Empty() bool { return len(g.Colls) == 0 && len(g.P2P) == 0 }
 type GroupKind uint8
 
 const (
-	PlainGroup GroupKind = iota // an application's own group
-	AllToAllGroup               // AllToAll: equal counts to and from every rank
-	AllToAllvGroup              // AllToAllv: per-peer counts and displacements
-	GatherGroup                 // Gather: every rank's buffer to root
-	ScatterGroup                // Scatter: root's blocks to every rank
+	PlainGroup     GroupKind = iota // an application's own group
+	AllToAllGroup                   // AllToAll: equal counts to and from every rank
+	AllToAllvGroup                  // AllToAllv: per-peer counts and displacements
+	GatherGroup                     // Gather: every rank's buffer to root
+	ScatterGroup                    // Scatter: root's blocks to every rank
 )
 
 var groupKindNames = [...]string{"Group", "AllToAll", "AllToAllv", "Gather", "Scatter"}
