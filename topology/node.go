@@ -1,0 +1,79 @@
+package topology
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// NodeID names the machine a rank runs on: ranks with equal NodeIDs share
+// host memory, IPC handles and POSIX fds; ranks with different ones share
+// nothing but the network. It is a hash, so that it has a fixed size on the
+// wire and says nothing about the machine beyond equality.
+type NodeID [16]byte
+
+// String is the id's first 8 bytes in hex, enough to tell nodes apart in
+// logs.
+func (n NodeID) String() string { return hex.EncodeToString(n[:8]) }
+
+// NodeSource is what LocalNode reads; tests replace it.
+type NodeSource struct {
+	Getenv   func(string) string
+	Hostname func() (string, error)
+	ReadFile func(string) ([]byte, error)
+}
+
+// OSNodeSource reads the process's environment and the running system.
+var OSNodeSource = NodeSource{Getenv: os.Getenv, Hostname: os.Hostname, ReadFile: os.ReadFile}
+
+// bootIDPath changes with every boot, so that a container image cloned
+// onto another machine with the same hostname is still another node.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// LocalNode identifies this machine: a hash of GOCCL_HOSTID when set (as
+// NCCL_HOSTID for NCCL, for containers or fake nodes on one machine),
+// else of the hostname and the boot id. desc says what was hashed, for
+// logs.
+func LocalNode(src NodeSource) (id NodeID, desc string, err error) {
+	if v := strings.TrimSpace(src.Getenv("GOCCL_HOSTID")); v != "" {
+		return hashNode("hostid:" + v), "GOCCL_HOSTID=" + v, nil
+	}
+	host, err := src.Hostname()
+	if err != nil {
+		return NodeID{}, "", fmt.Errorf("topology: node id: hostname: %w", err)
+	}
+	boot, err := src.ReadFile(bootIDPath)
+	if err != nil {
+		// Without a boot id the hostname alone decides (some sandboxes
+		// hide /proc/sys): still right unless two machines share a name.
+		return hashNode("host:" + host), "hostname " + host, nil
+	}
+	b := strings.TrimSpace(string(boot))
+	return hashNode("host:" + host + "\x00boot:" + b), "hostname " + host + ", boot id " + b, nil
+}
+
+func hashNode(s string) NodeID {
+	sum := sha256.Sum256([]byte(s))
+	var id NodeID
+	copy(id[:], sum[:])
+	return id
+}
+
+// Nodes groups ranks by node, in order of each node's lowest rank:
+// Nodes()[k] lists the ranks of node k, ascending.
+func Nodes(ids []NodeID) [][]int {
+	var out [][]int
+	index := map[NodeID]int{}
+	for r, id := range ids {
+		k, ok := index[id]
+		if !ok {
+			k = len(out)
+			index[id] = k
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], r)
+	}
+	return out
+}
