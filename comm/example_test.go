@@ -308,3 +308,32 @@ func ExampleComm_AllReduce_invalidArgument() {
 	fmt.Println(errors.Is(err, comm.ErrInvalidArgument))
 	// Output: true
 }
+
+// Split makes communicators of subsets of the ranks, as tensor- and
+// data-parallel groups are made from one job: here even and odd ranks
+// (color), each numbered by parent rank (key). Every rank of the parent
+// calls it. (No Output line: Split needs a backend that implements it.)
+func ExampleComm_Split() {
+	ctx := context.Background()
+	comms, err := comm.InitAll(ctx, []int{0, 1, 2, 3}, comm.Options{Backend: comm.BackendHost})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer closeAll(comms)
+
+	sums := make([][]int32, len(comms))
+	errs := eachRank(comms, func(c *comm.Comm) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank(), comm.Options{})
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		v := []int32{int32(c.Rank())}
+		err = sub.AllReduce(ctx, ptr(v), ptr(v), 1, comm.Int32, comm.Sum, 0)
+		runtime.KeepAlive(v)
+		sums[c.Rank()] = v
+		return err
+	})
+	fmt.Println(errors.Join(errs...), sums) // <nil> [[2] [4] [2] [4]]
+}
