@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ab.sh: an A/B (or A/B/C...) of environment settings on goccl bench runs,
-# alternated round by round in one device call so that drift hits every
-# setting alike. Run from the repo root on nvidia-h200-x2 with binaries from
+# alternated round by round in one invocation so that drift hits every
+# setting alike. Run from the repo root on the 2-GPU machine with binaries from
 # scripts/gpu/build.sh:
 #   AB_ROUNDS=2 bash scripts/gpu/ab.sh 'broadcast -b 128M -e 512M -f 2 -R 1' \
 #     'off:GOCCL_TUNE=celand=0' 'on:'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh (runs HERE, where Go is): builds every binary the GPU suite runs
 # into .gpu/ (git-ignored), to be carried to the GPU machine:
-#   scripts/gpu/build.sh   then the device call carries [".gpu"] and runs
+#   scripts/gpu/build.sh   then, with .gpu copied to the GPU machine, run
 #   bash scripts/gpu/suite.sh [--kernels]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf.sh: goccl beside NCCL on the GPU machine, in one run (issue 5).
+# perf.sh: goccl beside NCCL on the GPU machine, in one run.
 # Binaries come from scripts/gpu/build.sh (carried in .gpu); NCCL is reached
 # through PyTorch's torch.distributed (bench/nccl/nccl_bench.py). Each
 # collective runs once per tool with the same sizes and mode; compare.py
@@ -90,7 +90,7 @@ case $MODE in
     M=(-b 256K -e 32M -f 2 -w 5)
     # Graph runs as in full mode: goccl -n 20 -G 20, NCCL -n 100 --graph 20.
     # Eager runs 100 ops a timing on both sides: with 20, the ranks' start
-    # skew after the host barrier (13-24 us, docs/perf.md session 14) adds
+    # skew after the host barrier (13-24 us on 2x H200, docs/perf.md, Method) adds
     # up to a microsecond to each op of the rank that waits.
     run all_reduce_mid_graph all_reduce "${M[@]}" -n 20 -G 20 -- --coll all_reduce "${M[@]}" -n 100 --graph 20
     run all_reduce_mid all_reduce "${M[@]}" -n 100 -- --coll all_reduce "${M[@]}" -n 100

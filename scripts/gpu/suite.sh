@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # suite.sh: goccl's GPU suite, run from the repo root on the 2-GPU machine
-# (nvidia-h200-x2) with binaries built by scripts/gpu/build.sh. It needs no
+# (2x H200 or any two GPUs) with binaries built by scripts/gpu/build.sh. It needs no
 # Go there. With --kernels it first compiles kernels/*.cu (make kernels) and
 # points GOCCL_FATBIN at the result, so one call compiles and tests.
 # It prints a summary table last and exits non-zero on any failure.
-# On a machine with one GPU (nvidia-h200) the two-rank steps put both ranks
+# On a machine with one GPU the two-rank steps put both ranks
 # on it (their contexts time-slice, so it checks results, not speed) and
 # the one step that needs two devices in one process is skipped, named in
 # the summary.
@@ -126,7 +126,7 @@ else
   rows+=("$(printf '%-34s %8s %8s %5s %7s' "2 procs, Open MPI mpirun" - "no mpirun" 1 -)"); bad=1
 fi
 step "1 rank, 1 GPU" 120 "$B/goccl" run -np 1 "${CONF[@]}"
-# Issue 7 on GPUs: a rank killed while its peer's kernel spins (the
+# Faults on GPUs: a rank killed while its peer's kernel spins (the
 # launcher's exit status is the killed rank's, so only the survivor's
 # verdict counts), then create/destroy cycles.
 step "fault: rank killed mid-AllReduce" 90 bash -c 'out=$("$0" run -np 2 --grace 60s "$1" --mode kill 2>&1); echo "$out"; grep -q "^gpufaults: kill: PASS" <<<"$out"' "$B/goccl" "$B/gpufaults"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tune.sh: one device call that checks the kernels under test and sweeps
+# tune.sh: one invocation that checks the kernels under test and sweeps
 # the launch shapes and thresholds of GOCCL_TUNE (collectives/gpu/tune.go),
 # printing one line per (setting, size) last. Run from the repo root on
-# nvidia-h200-x2 with binaries from scripts/gpu/build.sh (carried as .gpu):
+# the 2-GPU machine with binaries from scripts/gpu/build.sh (carried as .gpu):
 #   bash scripts/gpu/tune.sh [--kernels] [check|large|twoshot|reg|small|cered|direct|blocks|all]...
 # --kernels first builds kernels/*.cu (make kernels) and uses that fatbin.
 set -u

@@ -18,7 +18,8 @@
 // One call per marked mode is traced: timing events after each step on
 // each stream, in us from the call's start on each rank.
 //
-// What it showed on 2x H200 (docs/perf.md, session 11): at 128 MiB no
+// What it showed on 2x H200 (docs/perf.md; docs/perf/2xH200-2026-11-30/
+// probes/ar2-probe.txt): at 128 MiB no
 // variant passes the runs' spread (about 345-362 GB/s), not even with no
 // handshake at all; the link carries a copy from ready to the last
 // spread, at about 357 GB/s over the call.

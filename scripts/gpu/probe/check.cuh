@@ -1,4 +1,4 @@
-// check.cuh: checked CUDA calls for the probes: CK for the runtime API,
+// check.cuh: no measurement; checked CUDA calls for the probes: CK for the runtime API,
 // CKD for the driver API; either prints the call and exits on failure.
 #pragma once
 

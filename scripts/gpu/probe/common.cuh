@@ -1,4 +1,4 @@
-// common.cuh: what every probe part shares: checked CUDA calls, exactly
+// common.cuh: no measurement; what every part of probe.cu shares: checked CUDA calls, exactly
 // summable test values, the two devices' buffers and streams, and timing
 // between events. Included once, by probe.cu.
 #pragma once

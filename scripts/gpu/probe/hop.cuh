@@ -1,5 +1,5 @@
-// hop.cuh: the probe's hop part. What one dependency between the two GPUs
-// costs when streams carry it, as the copy-engine paths do (a flag written
+// hop.cuh: probe.cu's hop part: the latency of one dependency between the
+// two GPUs when streams carry it, as the copy-engine paths do (a flag written
 // by one stream's cuStreamWriteValue32 into the peer's memory, waited on by
 // the peer's cuStreamWaitValue32), beside events (one process only) and
 // beside the work a copy-engine call queues behind such a wait, and beside

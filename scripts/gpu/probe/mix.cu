@@ -8,7 +8,8 @@
 // back, and the rest at the same time by a kernel of G blocks storing
 // into the peer's memory, on a stream of its own.
 //
-// What it showed on 2x H200 (docs/perf.md, sessions 10 and 11): the fork
+// What it showed on 2x H200 (docs/perf.md; docs/perf/2xH200-2026-11-30/
+// probes/mix-probe.txt): the fork
 // and join cost a copy about 11 us per call; a kernel's share of 2-4 MiB
 // makes that up, but beside a copy on the calling stream it gains nothing
 // from 8 to 512 MiB; and a kernel alone does no better.

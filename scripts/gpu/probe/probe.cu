@@ -1,5 +1,6 @@
-// probe.cu: stand-alone measurements on two GPUs in one process, taken
-// before building a design into goccl (docs/perf.md quotes them):
+// probe.cu: NVLink speeds by SM and bulk copies, barrier fence and launch
+// costs, and cross-GPU hop latency, on two GPUs in one process, without
+// goccl (docs/perf.md and docs/kernels.md quote tma, hop and pipe):
 //
 //   ce   a 2-rank AllReduce / ReduceScatter carried by the copy engines
 //        straight into the peer's output buffer, reduced there in place,

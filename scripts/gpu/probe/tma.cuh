@@ -1,4 +1,5 @@
-// tma.cuh: the probe's tma part. Can the Hopper bulk-copy engine (TMA,
+// tma.cuh: probe.cu's tma part: NVLink bandwidth of SM loads/stores against
+// bulk copies, both GPUs at once. Can the Hopper bulk-copy engine (TMA,
 // cp.async.bulk) move more bytes over NVLink than 16-byte SM loads and
 // stores? Both GPUs copy at once, as a 2-rank collective's phases do:
 //   ldst  push: 512 threads a block load locally and store into the peer;

@@ -1,4 +1,4 @@
-// twoproc.cuh: what the probes that run one process per GPU share
+// twoproc.cuh: no measurement; what the probes that run one process per GPU share
 // (ipcev.cu, mix.cu, ar2.cu): a barrier between the two hosts, main's setup
 // of a shared page and a socket pair before the fork, and the exchange of
 // IPC handles over that socket. S is the probe's shared struct: zeroed,

@@ -1,0 +1,7 @@
+// Package docs holds tests that keep the documents under docs/ true to the
+// code: settings_test.go fails when the code reads a GOCCL_* variable that
+// docs/settings.md does not list, or the page lists one the code no longer
+// reads, and guide_test.go fails when a code block of docs/guide.md is not
+// taken from the Example it names, and links_test.go fails when a page
+// links to a file that does not exist.
+package docs
