@@ -48,34 +48,34 @@ type backend struct {
 func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Backend, error) {
 	rank, n := b.Rank(), b.Size()
 	if n < 1 || rank < 0 || rank >= n {
-		return nil, fmt.Errorf("%w: host backend: rank %d of %d", collectives.ErrInvalidArgument, rank, n)
+		return nil, fmt.Errorf("%w: rank %d of %d", collectives.ErrInvalidArgument, rank, n)
 	}
 	cfg, cerr := cfg.resolve(n)
 	mine := agreed(cfg, cerr)
 	all, err := b.AllGather(ctx, mine)
 	if cerr != nil {
-		return nil, fmt.Errorf("host backend: %w", cerr)
+		return nil, cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("host backend: agree on configuration: %w", err)
+		return nil, fmt.Errorf("agree on configuration: %w", err)
 	}
 	for r, got := range all {
 		if len(got) > 0 && got[0] == 1 {
-			return nil, fmt.Errorf("%w: host backend: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
+			return nil, fmt.Errorf("%w: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
 		}
 		if string(got) != string(mine) {
-			return nil, fmt.Errorf("%w: host backend: rank %d has %s, rank %d has %s",
+			return nil, fmt.Errorf("%w: rank %d has %s, rank %d has %s",
 				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
 		}
 	}
 	spins, napFor, err := waitPolicy(ctx, b)
 	if err != nil {
-		return nil, fmt.Errorf("host backend: %w", err)
+		return nil, err
 	}
 	half := cfg.StagingBytes
 	seg, err := shm.Map(ctx, b, ctrlBytes+2*half)
 	if err != nil {
-		return nil, fmt.Errorf("host backend: %w", err)
+		return nil, err
 	}
 	be := &backend{
 		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
