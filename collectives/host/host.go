@@ -96,8 +96,20 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 		}
 	}
 	be.abortWord = word(seg.Peer(0), offAbort)
-	cfg.Logger.Debug("goccl host backend ready", "rank", rank, "nranks", n,
-		"staging", half, "algo", cfg.Algo, "oneShotMax", cfg.OneShotMax, "timeout", cfg.Timeout)
+	algo := cfg.Algo
+	if algo == "" {
+		algo = fmt.Sprintf("by size: oneshot up to %d B, twoshot above", cfg.OneShotMax)
+	}
+	wait := "spin, then nap, then futex"
+	switch {
+	case spins == 0 && napFor == 0:
+		wait = "futex at once (more ranks than CPUs)"
+	case spins == 0:
+		wait = "nap, then futex (more ranks than CPUs)"
+	}
+	cfg.Logger.Info("goccl host backend ready", "rank", rank, "nranks", n,
+		"transport", "shm to every peer (memfd mapped by each rank)", "algo", algo,
+		"staging", fmt.Sprintf("2 x %d B per rank", half), "wait", wait, "timeout", cfg.Timeout)
 	return be, nil
 }
 
