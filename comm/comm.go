@@ -29,6 +29,8 @@ type Comm struct {
 	args   collectives.Args // reused so that a call does not allocate
 	seq    uint64           // calls every rank makes, numbered alike; under callMu
 
+	barrierWord uint64 // Barrier's one-element in-place AllReduce, on the heap with the Comm
+
 	groupMu sync.Mutex        // guards group
 	group   collectives.Group // reused by the one-call groups (Send, AllToAll, ...)
 
