@@ -126,6 +126,9 @@ func TestParseArgs(t *testing.T) {
 	assert.Equal(t, 2, cfg.Register)
 	assert.Equal(t, AvgMean, cfg.Average, "default: the mean over ranks, as nccl-tests")
 
+	_, err = ParseArgs([]string{"all_reduce", "-t", "1"})
+	require.NoError(t, err, "-t 1 is what goccl does")
+
 	bad := []struct {
 		args []string
 		want string
@@ -147,6 +150,8 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"all_reduce", "--peer", "p.json"}, "--peer needs --plot"},
 		{[]string{"all_reduce", "--bogus"}, "bogus"},
 		{[]string{"all_reduce", "-b", "8", "-e", "16", "-i", "0"}, "stepbytes"},
+		{[]string{"all_reduce", "-t", "4"}, "goccl run -np 4"},
+		{[]string{"all_reduce", "--nthreads", "2"}, "one rank per process"},
 	}
 	for _, tt := range bad {
 		_, err := ParseArgs(tt.args)

@@ -85,6 +85,8 @@ nccl-tests' flags:
                        3 max                                            [1]
   -g, --ngpus N        ranks (GPUs) driven by this one process, without
                        a launcher (comm.InitAll; UVA on GPUs)           [1]
+  -t, --nthreads 1     only 1: goccl runs one rank per process; start
+                       N of them with goccl run -np N                   [1]
 goccl's:
   --backend host|gpu|auto   auto is gpu where a CUDA device exists      [auto]
   --json FILE          write every row, the machine and the mode as JSON
@@ -136,6 +138,8 @@ func ParseArgs(args []string) (Config, error) {
 	avg = int(cfg.Average)
 	integer(&avg, "a", "average")
 	integer(&cfg.GPUs, "g", "ngpus")
+	threads := 1
+	integer(&threads, "t", "nthreads")
 	fs.StringVar(&backend, "backend", backend, "")
 	fs.StringVar(&cfg.JSON, "json", "", "")
 	fs.StringVar(&cfg.Plot, "plot", "", "")
@@ -195,6 +199,11 @@ func ParseArgs(args []string) (Config, error) {
 			return cfg, fmt.Errorf("%w: -r: root %q is not a rank number or all", ErrUsage, root)
 		}
 		cfg.Roots = []int{r}
+	}
+	if threads != 1 {
+		// nccl-tests' -t is threads per process, each with its own ranks.
+		return cfg, fmt.Errorf("%w: -t %d: goccl runs one rank per process (no threads); for %d ranks use `goccl run -np %d goccl bench ...`, or -g %d for %d ranks in this one process",
+			ErrUsage, threads, threads, threads, threads, threads)
 	}
 	cfg.Backend = Backend(strings.ToLower(backend))
 	return cfg, cfg.validate()

@@ -13,16 +13,17 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// WritePlot draws busbw (the better placement, Row.Best) against size (log2 axis) for every
-// (type, op, root) series of each report, the first report solid and the
-// others dashed, and saves it to path (the extension picks the format:
-// .png, .svg, .pdf).
+// WritePlot draws busbw (the better placement, Row.Best) against size
+// (log2 axis) for every (type, op, root) series of each report, the first
+// report solid and the others dashed, and saves it to path (the extension
+// picks the format: .png, .svg, .pdf). The title says the placement; each
+// legend entry the run, its backend and rank count, dtype and op.
 func WritePlot(path string, reports ...Report) error {
 	if len(reports) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s busbw", reports[0].Collective)
+	p.Title.Text = plotTitle(reports[0])
 	p.X.Label.Text = "size (bytes)"
 	p.Y.Label.Text = "busbw (GB/s)"
 	p.X.Scale = log2Scale{}
@@ -69,11 +70,7 @@ func WritePlot(path string, reports ...Report) error {
 				marks.Shape = draw.TriangleGlyph{}
 			}
 			p.Add(line, marks)
-			name := rep.Label
-			if name == "" {
-				name = fmt.Sprintf("run %d", ri+1)
-			}
-			p.Legend.Add(strings.TrimSpace(name+" "+k), line, marks)
+			p.Legend.Add(seriesName(rep, ri, k), line, marks)
 		}
 	}
 	if idx == 0 {
@@ -83,6 +80,37 @@ func WritePlot(path string, reports ...Report) error {
 		return fmt.Errorf("bench: save plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// plotTitle says what is drawn: the collective and that each point is the
+// better of the two placements (Row.Best).
+func plotTitle(rep Report) string {
+	return fmt.Sprintf("%s busbw (best of out-of-place and in-place per size)", rep.Collective)
+}
+
+// seriesName is a legend entry: the run's label, backend and rank count,
+// then the series' dtype, op and root (key), e.g. "goccl (host, 2 ranks)
+// float sum".
+func seriesName(rep Report, index int, key string) string {
+	name := rep.Label
+	if name == "" {
+		name = fmt.Sprintf("run %d", index+1)
+	}
+	var where []string
+	if rep.Backend != "" {
+		where = append(where, rep.Backend)
+	}
+	if rep.NRanks > 0 {
+		unit := "ranks"
+		if rep.NRanks == 1 {
+			unit = "rank"
+		}
+		where = append(where, fmt.Sprintf("%d %s", rep.NRanks, unit))
+	}
+	if len(where) > 0 {
+		name += " (" + strings.Join(where, ", ") + ")"
+	}
+	return strings.TrimSpace(name + " " + key)
 }
 
 // log2Scale maps sizes onto a base-2 logarithmic axis.

@@ -321,6 +321,11 @@ func (r *runner) measure(ctx context.Context, sh Shape, t collectives.DataType, 
 	}
 	sec := combine(secs, r.cfg.Average)
 	algbw, busbw := Bandwidths(r.cfg.Coll, sh.Bytes, sec, r.n)
+	if r.n == 1 && inPlace {
+		// One rank in place moves no byte: a rate would only measure the
+		// call's overhead (hundreds of TB/s of nothing).
+		algbw, busbw = 0, 0
+	}
 	return Result{TimeUS: sec * 1e6, AlgBW: algbw, BusBW: busbw, Wrong: totalWrong}, nil
 }
 

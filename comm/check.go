@@ -127,9 +127,20 @@ func compareCalls(recs []callRecord) error {
 	return nil
 }
 
+// pointerChecker is a backend that can tell whether a call's buffers are
+// memory it can use (the GPU backend asks the driver for the allocation
+// holding each one); under GOCCL_CHECK a buffer it rejects makes this
+// rank's call invalid, so every rank fails alike.
+type pointerChecker interface {
+	CheckPointers(a *collectives.Args) error
+}
+
 // checkCall runs the GOCCL_CHECK exchange; localErr is this rank's own
 // validation result, returned unchanged when set.
 func (c *Comm) checkCall(ctx context.Context, a *collectives.Args, localErr error) error {
+	if pc, ok := c.backend.(pointerChecker); ok && localErr == nil {
+		localErr = pc.CheckPointers(a)
+	}
 	rec := callRecord{Valid: localErr == nil, Coll: a.Coll, Count: int64(a.Count), Type: a.Type, Op: a.Op, Root: int64(a.Root)}
 	if pr, ok := c.backend.(collectives.PathReporter); ok && localErr == nil {
 		rec.Facts = encodeFacts(pr.PathFacts(a))

@@ -29,6 +29,8 @@ type Comm struct {
 	args   collectives.Args // reused so that a call does not allocate
 	seq    uint64           // calls every rank makes, numbered alike; under callMu
 
+	barrierWord uint64 // Barrier's one-element in-place AllReduce, on the heap with the Comm
+
 	groupMu sync.Mutex        // guards group
 	group   collectives.Group // reused by the one-call groups (Send, AllToAll, ...)
 
@@ -129,10 +131,21 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	// detects.
 	c.seq++
 	a.Seq = c.seq
+	if c.log.Enabled(ctx, LevelTrace) {
+		c.trace(ctx, a)
+	}
 	if err := c.backend.Run(ctx, a); err != nil {
 		return c.runFailed(ctx, err)
 	}
 	return nil
+}
+
+// trace logs one call at GOCCL_DEBUG=TRACE (kept out of run so that the
+// disabled path allocates nothing).
+func (c *Comm) trace(ctx context.Context, a *collectives.Args) {
+	c.log.Log(ctx, LevelTrace, "goccl: call", "rank", c.rank, "seq", a.Seq, "coll", a.Coll.String(),
+		"count", a.Count, "type", a.Type.String(), "op", a.Op.String(), "root", a.Root,
+		"send", fmt.Sprintf("%#x", a.Send), "recv", fmt.Sprintf("%#x", a.Recv), "stream", fmt.Sprintf("%#x", a.Stream))
 }
 
 // causeWait bounds how long a rank whose backend stopped on a job-wide

@@ -145,6 +145,11 @@ func (g *Group) Run(ctx context.Context) error {
 	if g.err != nil {
 		return g.err
 	}
+	// A context that ended before the group launches nothing on any of
+	// its communicators, and says so once.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	switch len(g.parts) {
 	case 0:
 		return nil

@@ -192,7 +192,9 @@ func (b *tcpBootstrap) failThen(err error, tell func()) bool {
 	f := b.onFailure
 	b.failMu.Unlock()
 	if !b.closing.Load() {
-		b.log.Warn("goccl: communicator failed", "rank", b.rank, "err", err)
+		// Every call from here on returns err; at WARN this line would
+		// repeat it on every rank.
+		b.log.Info("goccl: communicator failed", "rank", b.rank, "err", err)
 	}
 	if f != nil {
 		f(err)

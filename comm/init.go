@@ -297,7 +297,7 @@ func chooseBackend(set settings) (string, error) {
 func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfig) (collectives.Backend, error) {
 	switch cfg.Name {
 	case BackendHost:
-		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Timeout: cfg.Timeout, Logger: cfg.Logger})
+		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo})
 	}

@@ -47,7 +47,9 @@ type Options struct {
 	// GOCCL_ALGO).
 	Transport, Algo string
 	// Check compares every collective's arguments across ranks before
-	// running it (GOCCL_CHECK=1). It costs a bootstrap round trip per call.
+	// running it (GOCCL_CHECK=1), and on the GPU backend that each buffer
+	// lies inside one allocation of the driver's (cuMemGetAddressRange).
+	// It costs a bootstrap round trip per call.
 	Check bool
 	// Logger receives goccl's logs; nil logs WARN and above to stderr
 	// (GOCCL_DEBUG=WARN|INFO|TRACE sets the level).

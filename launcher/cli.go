@@ -58,8 +58,10 @@ func (f durationFlag) Set(s string) error {
 func ParseArgs(args []string, usageOut io.Writer) (Config, error) {
 	var cfg Config
 	fs := flag.NewFlagSet("goccl run", flag.ContinueOnError)
-	fs.SetOutput(usageOut)
-	fs.Usage = func() { fmt.Fprint(usageOut, Usage) }
+	// The flag package would print its error and the usage itself; the
+	// caller prints both once, prefixed, so the flag set stays silent.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	np := -1
 	fs.IntVar(&np, "np", -1, "number of ranks")
 	fs.IntVar(&np, "n", -1, "number of ranks")
@@ -67,6 +69,9 @@ func ParseArgs(args []string, usageOut io.Writer) (Config, error) {
 	fs.Var(durationFlag{&cfg.Timeout}, "timeout", "job time limit")
 	fs.Var(durationFlag{&cfg.Grace}, "grace", "SIGTERM to SIGKILL delay")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(usageOut, Usage)
+		}
 		return cfg, err
 	}
 	if np == -1 {

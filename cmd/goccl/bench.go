@@ -24,8 +24,7 @@ func benchMain(args []string) int {
 				return 0
 			}
 		}
-		// The package's errors start with "bench: "; say it once.
-		fmt.Fprintf(os.Stderr, "goccl bench: %s\n\n%s", strings.TrimPrefix(err.Error(), "bench: "), bench.Usage)
+		fmt.Fprintf(os.Stderr, "goccl bench: %s\n\n%s", benchMsg(err), bench.Usage)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -37,7 +36,7 @@ func benchMain(args []string) int {
 	}
 	j, err := job.Open(ctx, job.Options{Backend: string(cfg.Backend), InProcess: inProcess})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goccl bench: %v\n", err)
+		fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(err))
 		return 1
 	}
 	sum, runErr := bench.Run(ctx, &cfg, j.Ranks, os.Stdout)
@@ -46,21 +45,25 @@ func benchMain(args []string) int {
 	}
 	code := 0
 	if runErr != nil {
-		fmt.Fprintf(os.Stderr, "goccl bench: %v\n", runErr)
+		fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(runErr))
 		code = 1
 	}
 	if leads(j) && (runErr == nil || errors.Is(runErr, bench.ErrWrong)) {
 		if err := writeOutputs(&cfg, sum); err != nil {
-			fmt.Fprintf(os.Stderr, "goccl bench: %v\n", err)
+			fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(err))
 			code = 1
 		}
 	}
 	if err := j.Close(); err != nil && runErr == nil {
-		fmt.Fprintf(os.Stderr, "goccl bench: close: %v\n", err)
+		fmt.Fprintf(os.Stderr, "goccl bench: close: %s\n", benchMsg(err))
 		code = 1
 	}
 	return code
 }
+
+// benchMsg is err's text without the bench package's own "bench: "
+// prefix, which the command's "goccl bench: " already says.
+func benchMsg(err error) string { return strings.TrimPrefix(err.Error(), "bench: ") }
 
 // leads reports whether this process holds rank 0, the one that reports.
 func leads(j *job.Job) bool {

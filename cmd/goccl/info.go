@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,30 +22,48 @@ import (
 // normally block, but a wedged driver must not hang `goccl info`.
 const probeTimeout = 60 * time.Second
 
+// infoUsage is printed for -h and after a usage error, as run's and
+// bench's are.
+const infoUsage = `usage: goccl info [--json]
+
+Prints what the runtime sees on this machine (CPU, NUMA nodes, GPUs, their
+links and capabilities) and what it would choose: the transport per way of
+launching and the algorithms the backend can run.
+
+flags:
+  --json   print the facts and choices as JSON
+`
+
 // infoMain prints what the runtime sees and would choose. A machine
 // without GPUs is not a failure: it prints the host facts and exits 0.
-func infoMain(args []string) int {
+func infoMain(args []string) int { return infoCmd(args, os.Stdout, os.Stderr) }
+
+func infoCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goccl info", flag.ContinueOnError)
-	jsonOut := fs.Bool("json", false, "print the facts and choices as JSON")
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	jsonOut := fs.Bool("json", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, infoUsage)
 			return 0 // as `goccl run -h` and `goccl bench -h`
 		}
+		fmt.Fprintf(stderr, "goccl info: %v\n%s", err, infoUsage)
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "goccl info: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "goccl info: unexpected arguments %q\n%s", fs.Args(), infoUsage)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	facts, err := topology.ProbeSystem(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goccl info: %v\n", err)
+		fmt.Fprintf(stderr, "goccl info: %v\n", err)
 		return 1
 	}
-	if err := renderInfo(os.Stdout, facts, *jsonOut, os.Getenv); err != nil {
-		fmt.Fprintf(os.Stderr, "goccl info: %v\n", err)
+	if err := renderInfo(stdout, facts, *jsonOut, os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "goccl info: %v\n", err)
 		return 1
 	}
 	return 0
@@ -100,14 +119,22 @@ func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
 		choose(modeHost, collectives.Placement{NRanks: 2})
 	}
 
-	for _, a := range collectives.Algorithms() {
+	// Without GPUs only the host backend can run: list what it runs.
+	algos := collectives.Algorithms()
+	if len(f.GPUs) == 0 {
+		algos = []collectives.Algorithm{collectives.OneShot, collectives.TwoShot}
+	}
+	for _, a := range algos {
 		rep.Algorithms = append(rep.Algorithms, string(a))
 	}
 	rep.AlgorithmSelection = "chosen per call by collective, size and rank count"
 	if v := getenv("GOCCL_ALGO"); v != "" {
-		if a, err := collectives.ParseAlgorithm(v); err != nil {
+		switch a, err := collectives.ParseAlgorithm(v); {
+		case err != nil:
 			rep.AlgorithmSelection = err.Error()
-		} else {
+		case !slices.Contains(algos, a):
+			rep.AlgorithmSelection = "GOCCL_ALGO=" + string(a) + " is a GPU algorithm: the host backend rejects it"
+		default:
 			rep.AlgorithmSelection = "forced by GOCCL_ALGO=" + string(a)
 		}
 	}

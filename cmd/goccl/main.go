@@ -15,6 +15,7 @@ commands:
   bench  <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
   plot   -o FILE.png RUN.json [PEER.json...]                busbw against size from saved reports
   info   [--json]                                            devices, links, choices
+  version                                                    goccl's version and Go's
 `
 
 func main() {
@@ -33,6 +34,8 @@ func main() {
 		code = plotMain(args)
 	case "info":
 		code = infoMain(args)
+	case "version", "--version":
+		code = versionMain(args, os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goccl/goccl/collectives"
@@ -17,6 +18,9 @@ type Config struct {
 	// Algo forces the AllReduce/Reduce algorithm: "oneshot" or "twoshot"
 	// (collectives.OneShot/TwoShot). Empty: GOCCL_ALGO, else by size.
 	Algo string
+	// Transport is GOCCL_TRANSPORT as the communicator read it: "" or
+	// "shm"; a GPU transport is an error rather than silently ignored.
+	Transport string
 	// Timeout bounds every wait for a peer. Zero: GOCCL_TIMEOUT (a Go
 	// duration or a number of seconds), else 5 minutes.
 	Timeout time.Duration
@@ -49,12 +53,19 @@ func (c Config) resolve(nranks int) (Config, error) {
 	if err != nil {
 		return c, err
 	}
-	if algo == collectives.CopyEngine {
-		if !fromEnv {
-			return c, fmt.Errorf("%w: algorithm %q has no host implementation (want oneshot or twoshot)", collectives.ErrInvalidArgument, algo)
-		}
-		// GOCCL_ALGO=ce is meant for the GPU backend of the same job.
-		algo = ""
+	switch algo {
+	case "", collectives.OneShot, collectives.TwoShot:
+	default:
+		// Running the host algorithm instead would hide that the forced
+		// choice never took effect.
+		return c, fmt.Errorf("%w: GOCCL_ALGO=%s is a GPU algorithm; the host backend runs oneshot or twoshot (or leave it unset)",
+			collectives.ErrInvalidArgument, algo)
+	}
+	switch t := strings.ToLower(strings.TrimSpace(c.Transport)); t {
+	case "", collectives.TransportSHM:
+	default:
+		return c, fmt.Errorf("%w: GOCCL_TRANSPORT=%s needs GPUs; the host backend uses shm (or leave it unset)",
+			collectives.ErrInvalidArgument, t)
 	}
 	c.Algo = string(algo)
 	if c.Timeout == 0 {

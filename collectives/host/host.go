@@ -48,34 +48,34 @@ type backend struct {
 func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Backend, error) {
 	rank, n := b.Rank(), b.Size()
 	if n < 1 || rank < 0 || rank >= n {
-		return nil, fmt.Errorf("%w: host backend: rank %d of %d", collectives.ErrInvalidArgument, rank, n)
+		return nil, fmt.Errorf("%w: rank %d of %d", collectives.ErrInvalidArgument, rank, n)
 	}
 	cfg, cerr := cfg.resolve(n)
 	mine := agreed(cfg, cerr)
 	all, err := b.AllGather(ctx, mine)
 	if cerr != nil {
-		return nil, fmt.Errorf("host backend: %w", cerr)
+		return nil, cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("host backend: agree on configuration: %w", err)
+		return nil, fmt.Errorf("agree on configuration: %w", err)
 	}
 	for r, got := range all {
 		if len(got) > 0 && got[0] == 1 {
-			return nil, fmt.Errorf("%w: host backend: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
+			return nil, fmt.Errorf("%w: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
 		}
 		if string(got) != string(mine) {
-			return nil, fmt.Errorf("%w: host backend: rank %d has %s, rank %d has %s",
+			return nil, fmt.Errorf("%w: rank %d has %s, rank %d has %s",
 				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
 		}
 	}
 	spins, napFor, err := waitPolicy(ctx, b)
 	if err != nil {
-		return nil, fmt.Errorf("host backend: %w", err)
+		return nil, err
 	}
 	half := cfg.StagingBytes
 	seg, err := shm.Map(ctx, b, ctrlBytes+2*half)
 	if err != nil {
-		return nil, fmt.Errorf("host backend: %w", err)
+		return nil, err
 	}
 	be := &backend{
 		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
@@ -96,8 +96,20 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 		}
 	}
 	be.abortWord = word(seg.Peer(0), offAbort)
-	cfg.Logger.Debug("goccl host backend ready", "rank", rank, "nranks", n,
-		"staging", half, "algo", cfg.Algo, "oneShotMax", cfg.OneShotMax, "timeout", cfg.Timeout)
+	algo := cfg.Algo
+	if algo == "" {
+		algo = fmt.Sprintf("by size: oneshot up to %d B, twoshot above", cfg.OneShotMax)
+	}
+	wait := "spin, then nap, then futex"
+	switch {
+	case spins == 0 && napFor == 0:
+		wait = "futex at once (more ranks than CPUs)"
+	case spins == 0:
+		wait = "nap, then futex (more ranks than CPUs)"
+	}
+	cfg.Logger.Info("goccl host backend ready", "rank", rank, "nranks", n,
+		"transport", "shm to every peer (memfd mapped by each rank)", "algo", algo,
+		"staging", fmt.Sprintf("2 x %d B per rank", half), "wait", wait, "timeout", cfg.Timeout)
 	return be, nil
 }
 

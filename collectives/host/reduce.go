@@ -18,13 +18,17 @@ const blk = 2048
 type scratch struct {
 	fa, fb [blk]float32
 	w      [blk]uint64
+	ptrs   []uintptr // the vector kernels' source addresses
 }
 
 type native interface {
 	~int8 | ~uint8 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
 }
 
-var kernels [10][5]reduceFunc
+// scalarKernels are the Go kernels, the reference of the vector ones;
+// kernels are what runs: the vector kernels of the widest instruction set
+// this CPU has, falling back to the Go ones for small calls.
+var scalarKernels, kernels [10][5]reduceFunc
 
 func init() {
 	setNative[int8](collectives.Int8)
@@ -47,6 +51,20 @@ func init() {
 	kernels[collectives.Uint8][collectives.Sum] = kernels[collectives.Int8][collectives.Sum]
 	setHalf(collectives.Float16, widenF16, narrowF16)
 	setHalf(collectives.BFloat16, widenBF16, narrowBF16)
+	scalarKernels = kernels
+	kernels = kernelsFor(bestISA())
+}
+
+// kernelsFor is the kernel table of one instruction set.
+func kernelsFor(isa int) (k [10][5]reduceFunc) {
+	for t := range scalarKernels {
+		for op, f := range scalarKernels[t] {
+			if f != nil {
+				k[t][op] = vectorize(collectives.DataType(t), collectives.Op(op), isa, f)
+			}
+		}
+	}
+	return k
 }
 
 // reducer returns the kernel of (t, op); both have been validated.

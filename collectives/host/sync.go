@@ -23,7 +23,8 @@ import (
 // the writer touches that half again only at step s+2, after waiting for
 // s+1, by when every peer has finished reading.
 //
-// Waiting spins, then yields, then naps with growing sleeps (parking only
+// Waiting spins (a rank alone in its process, with a CPU per rank, for up
+// to spinFor), then yields, then naps with growing sleeps (parking only
 // the goroutine, so ranks sharing a process keep their Ps), and after
 // napPhase sleeps on a futex of the peer's counter: the arriving rank wakes
 // sleepers only when its waiter count says there are any, so the fast
@@ -39,10 +40,19 @@ const (
 
 	spinLoads  = 512
 	yieldLoops = 64
-	maxSleep   = 20 * time.Millisecond
-	minNap     = 2 * time.Microsecond
-	maxNap     = 100 * time.Microsecond
-	napPhase   = 5 * time.Millisecond
+	// spinFor bounds the busy wait of a rank alone in its process on a
+	// machine with a CPU per rank: a small call's peer normally arrives
+	// within a microsecond, and a futex wake-up costs several, far more on
+	// a busy machine. The wait polls without yielding, as MPI's does: two
+	// ranks that yield to each other can settle into taking turns on one
+	// CPU, which the OS then never spreads over two, and every call pays
+	// two context switches; ranks that stay runnable get a CPU each.
+	spinFor   = 2 * time.Millisecond
+	pollRound = 256 // loads between clock reads while spinning
+	maxSleep  = 20 * time.Millisecond
+	minNap    = 2 * time.Microsecond
+	maxNap    = 100 * time.Microsecond
+	napPhase  = 5 * time.Millisecond
 
 	futexWaitOp = 0 // FUTEX_WAIT, from linux/futex.h
 	futexWakeOp = 1 // FUTEX_WAKE
@@ -79,6 +89,11 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 	for i := 0; i < b.spins; i++ {
 		if reached(atomic.LoadUint32(w), s) {
 			return nil
+		}
+	}
+	if b.spins > 0 && b.napFor == 0 {
+		if ok, err := b.spinWait(ctx, w, s); ok || err != nil {
+			return err
 		}
 	}
 	yields := yieldLoops
@@ -125,6 +140,25 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 	}
 }
 
+// spinWait polls w for up to spinFor; it reports whether step s was
+// reached.
+func (b *backend) spinWait(ctx context.Context, w *uint32, s uint32) (bool, error) {
+	start := time.Now()
+	for {
+		for i := 0; i < pollRound; i++ {
+			if reached(atomic.LoadUint32(w), s) {
+				return true, nil
+			}
+		}
+		if err := b.interrupted(ctx); err != nil {
+			return false, err
+		}
+		if time.Since(start) > spinFor {
+			return false, nil
+		}
+	}
+}
+
 // interrupted returns the error that ends a wait: a local or remote
 // abort, or the context's end (which aborts the job: a rank that leaves
 // mid-collective leaves its peers unable to finish).
@@ -149,7 +183,9 @@ func (b *backend) interrupted(ctx context.Context) error {
 // the recorded failure.
 func (b *backend) fail(err error) error {
 	if b.failure.CompareAndSwap(nil, &err) {
-		b.cfg.Logger.Warn("goccl host backend aborting", "rank", b.rank, "err", err)
+		// The error reaches the caller of every call from here on; a
+		// WARN line per rank would only repeat it.
+		b.cfg.Logger.Info("goccl host backend aborting", "rank", b.rank, "err", err)
 		b.amu.Lock()
 		if !b.unmapped {
 			// Name the rank that failed, not the one that noticed: when

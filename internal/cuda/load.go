@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -45,7 +46,9 @@ func load(lib string) (Driver, error) {
 	case 0:
 		return &driver{}, nil
 	case 1:
-		return nil, fmt.Errorf("%w (%s: %s)", ErrNoDriver, lib, C.GoString(&errbuf[0]))
+		// dlerror usually names the library already; say it once.
+		msg := strings.TrimPrefix(C.GoString(&errbuf[0]), lib+": ")
+		return nil, fmt.Errorf("%w (%s: %s)", ErrNoDriver, lib, msg)
 	case 2:
 		return nil, fmt.Errorf("cuda: %s lacks %s, which goccl requires (driver older than CUDA 12?): %w",
 			lib, C.GoString(&errbuf[0]), ErrNotSupported)

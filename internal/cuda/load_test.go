@@ -19,6 +19,7 @@ func TestLoadMissingLibrary(t *testing.T) {
 	assert.True(t, strings.HasPrefix(msg, "no CUDA driver found ("+bogus+": "), "message %q", msg)
 	// The dlerror text is carried, so the user sees why.
 	assert.Contains(t, msg, "cannot open shared object file")
+	assert.Equal(t, 1, strings.Count(msg, bogus), "the library is named once: %q", msg)
 	// Not a CUDA result: the driver was never reached.
 	var ce *Error
 	assert.False(t, errors.As(err, &ce))

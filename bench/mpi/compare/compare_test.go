@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseAndReport(t *testing.T) {
+	got, err := parse(strings.NewReader("8 0.500\n16 0.750\nmemcpy 16 0.100\n"))
+	require.NoError(t, err)
+	assert.Equal(t, map[int64]float64{8: 0.5, 16: 0.75}, got.bySize)
+	assert.Equal(t, int64(16), got.memcpyBytes)
+	_, err = parse(strings.NewReader("8 x\n"))
+	require.Error(t, err)
+	_, err = parse(strings.NewReader("what is this\n"))
+	require.Error(t, err)
+
+	var acc times
+	best(&acc, times{bySize: map[int64]float64{8: 2, 16: 1}})
+	best(&acc, times{bySize: map[int64]float64{8: 1, 16: 3}, memcpyBytes: 16, memcpyMicros: 0.5})
+	assert.Equal(t, map[int64]float64{8: 1, 16: 1}, acc.bySize)
+
+	var out bytes.Buffer
+	mpi := times{bySize: map[int64]float64{8: 0.5, 16: 2}}
+	require.NoError(t, report(&out, options{np: 2, iters: 10, rounds: 1, minB: 8, maxB: 16}, mpi, acc, 0))
+	text := out.String()
+	assert.Regexp(t, `(?m)^\s+8\s+0\.50\s+1\.00\s+2\.00x\s*$`, text)
+	assert.Regexp(t, `(?m)^\s+16\s+2\.00\s+1\.00\s+0\.50x\s*$`, text)
+	assert.Contains(t, text, "# worst goccl/MPI: 2.00x")
+	assert.Contains(t, text, "costs 2.00 memcpys")
+	require.Error(t, report(&out, options{minB: 8, maxB: 32}, mpi, acc, 0), "a missing size")
+}
+
+// The whole comparison on a few small sizes: both programs build, run,
+// check their results and report. Needs Open MPI.
+func TestCompareRuns(t *testing.T) {
+	for _, tool := range []string{"mpicc", "mpirun"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: Open MPI is not installed (Debian: libopenmpi-dev, openmpi-bin)", tool)
+		}
+	}
+	if testing.Short() {
+		t.Skip("builds and runs two multi-process programs")
+	}
+	root, err := filepath.Abs("../../..")
+	require.NoError(t, err)
+	t.Chdir(root)
+	var out bytes.Buffer
+	err = compare(context.Background(), options{np: 2, iters: 20, warmup: 2, first: 10, rounds: 1, minB: 8, maxB: 64 << 10}, &out)
+	require.NoError(t, err, out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 1+1+14+2, out.String()) // title, header, 8 B..64 KiB, worst, memcpy
+	assert.Contains(t, out.String(), "# worst goccl/MPI: ")
+}
+
+func TestBuildWithoutMPI(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := build(context.Background(), t.TempDir())
+	require.True(t, errors.Is(err, errNoMPI), "%v", err)
+}

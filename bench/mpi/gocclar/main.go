@@ -1,0 +1,89 @@
+// Command gocclar times goccl's AllReduce (float32 sum) call by call, the
+// counterpart of allreduce_mpi.c for bench/mpi/compare. Run it under
+// `goccl run -np N`. Rank 0 prints one line per size, "bytes median_us",
+// then "memcpy bytes median_us" for a plain copy of the largest size.
+// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/goccl/goccl/comm"
+)
+
+func main() {
+	minB := flag.Int("b", 8, "smallest size in bytes")
+	maxB := flag.Int("e", 64<<20, "largest size in bytes")
+	iters := flag.Int("n", 200, "timed calls per size")
+	warmup := flag.Int("w", 20, "warm-up calls per size")
+	first := flag.Int("W", 2000, "warm-up calls of the smallest size before the first")
+	flag.Parse()
+	if err := run(*minB, *maxB, *iters, *warmup, *first); err != nil {
+		fmt.Fprintln(os.Stderr, "gocclar:", err)
+		os.Exit(1)
+	}
+}
+
+func run(minB, maxB, iters, warmup, first int) error {
+	ctx := context.Background()
+	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	maxN := maxB / 4
+	send, recv := make([]float32, maxN), make([]float32, maxN)
+	for i := range send {
+		send[i] = float32((c.Rank() + 1) * (i % 1000))
+	}
+	t := make([]time.Duration, iters)
+	ranks := float32(c.Size() * (c.Size() + 1) / 2)
+	for bytes := minB; bytes <= maxB; bytes *= 2 {
+		n := bytes / 4
+		s, r := send[:n], recv[:n]
+		w := warmup
+		if bytes == minB {
+			w += first
+		}
+		for i := 0; i < w; i++ {
+			if err := comm.AllReduceSlice(ctx, c, s, r, comm.Sum); err != nil {
+				return err
+			}
+		}
+		for i := range t {
+			t0 := time.Now()
+			if err := comm.AllReduceSlice(ctx, c, s, r, comm.Sum); err != nil {
+				return err
+			}
+			t[i] = time.Since(t0)
+		}
+		for i, v := range r {
+			if v != ranks*float32(i%1000) {
+				return fmt.Errorf("rank %d: %d bytes: element %d is %g, want %g", c.Rank(), bytes, i, v, ranks*float32(i%1000))
+			}
+		}
+		if c.Rank() == 0 {
+			fmt.Printf("%d %.3f\n", bytes, median(t))
+		}
+	}
+	if c.Rank() == 0 {
+		for i := range t[:min(len(t), 50)] {
+			t0 := time.Now()
+			copy(recv, send)
+			t[i] = time.Since(t0)
+		}
+		fmt.Printf("memcpy %d %.3f\n", maxN*4, median(t[:min(len(t), 50)]))
+	}
+	return c.Barrier(ctx)
+}
+
+func median(t []time.Duration) float64 {
+	s := slices.Clone(t)
+	slices.Sort(s)
+	return float64(s[len(s)/2].Nanoseconds()) / 1e3
+}

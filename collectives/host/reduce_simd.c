@@ -1,0 +1,241 @@
+//go:build amd64 && cgo
+
+// Vector reduction kernels of the host backend, one copy per instruction
+// set (SSE2, the x86-64 baseline; AVX2; AVX-512), chosen at run time.
+//
+// They must give exactly the scalar Go kernels' results: each output
+// element is ((s0 op s1) op s2) op ... in rank order, one IEEE operation
+// at a time (built with -ffp-contract=off and without -ffast-math, so no
+// fused or reassociated arithmetic), min and max keep the scalar kernels'
+// choice of operand (b < a ? b : a), and integer sums and products are
+// computed unsigned, which wraps as Go's signed arithmetic does.
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "reduce_simd.h"
+
+// No fused multiply-add or other contraction, whatever the flags: the
+// build's CFLAGS cannot carry -ffp-contract=off through cgo's allowlist.
+#pragma GCC optimize("fp-contract=off")
+#if defined(__FAST_MATH__)
+#error "reduce_simd.c must not be built with -ffast-math: results must match the Go kernels bit for bit"
+#endif
+
+// Elements of dst reduced per pass over the sources: 8 KiB of dst stays
+// in L1 while each source streams through once.
+#define BLOCK_BYTES 8192
+
+#define LOAD(V, p) (*(const V *)(p))
+#define STORE(V, p, v) (*(V *)(p) = (v))
+
+// KERNELS defines, for one instruction set ISA (function attribute ATTR,
+// vector bytes VS), one element type T (mask lane type M, name N), the
+// two-source and accumulate loops of one op.
+#define ARITH(ISA, ATTR, VS, T, N, OPN, OP)                                            \
+	ATTR static void N##_##OPN##2_##ISA(T *d, const T *x, const T *y, size_t n) {      \
+		typedef T V __attribute__((vector_size(VS), aligned(1), may_alias));          \
+		const size_t w = VS / sizeof(T);                                               \
+		size_t i = 0;                                                                  \
+		for (; i + w <= n; i += w) {                                                   \
+			V a = LOAD(V, x + i), b = LOAD(V, y + i);                                  \
+			STORE(V, d + i, a OP b);                                                   \
+		}                                                                              \
+		for (; i < n; i++) d[i] = (T)(x[i] OP y[i]);                                  \
+	}                                                                                  \
+	ATTR static void N##_##OPN##in_##ISA(T *d, const T *x, size_t n) {                 \
+		typedef T V __attribute__((vector_size(VS), aligned(1), may_alias));          \
+		const size_t w = VS / sizeof(T);                                               \
+		size_t i = 0;                                                                  \
+		for (; i + w <= n; i += w) {                                                   \
+			V a = LOAD(V, d + i), b = LOAD(V, x + i);                                  \
+			STORE(V, d + i, a OP b);                                                   \
+		}                                                                              \
+		for (; i < n; i++) d[i] = (T)(d[i] OP x[i]);                                  \
+	}
+
+// Float sums and products: which NaN comes out of two NaN operands is the
+// instruction's choice of operand (x86: the first), and compilers may swap
+// the operands of a commutative op. The Go kernels give the first
+// operand's NaN (x in the two-source form, d in the accumulate form), so
+// the result is set to that NaN, quieted, wherever the first operand is
+// one; elsewhere the operation's result stands.
+#define FARITH(ISA, ATTR, VS, T, M, N, OPN, OP, QB)                                    \
+	ATTR static inline T N##_##OPN##1_##ISA(T a, T b) {                                \
+		T r = a OP b;                                                                  \
+		if (a != a) {                                                                  \
+			M bits;                                                                    \
+			memcpy(&bits, &a, sizeof bits);                                            \
+			bits |= (M)(QB);                                                           \
+			memcpy(&r, &bits, sizeof r);                                               \
+		}                                                                              \
+		return r;                                                                      \
+	}                                                                                  \
+	ATTR static void N##_##OPN##2_##ISA(T *d, const T *x, const T *y, size_t n) {      \
+		typedef T V __attribute__((vector_size(VS), aligned(1), may_alias));          \
+		typedef M VM __attribute__((vector_size(VS), aligned(1), may_alias));         \
+		const size_t w = VS / sizeof(T);                                               \
+		size_t i = 0;                                                                  \
+		for (; i + w <= n; i += w) {                                                   \
+			V a = LOAD(V, x + i), b = LOAD(V, y + i);                                  \
+			VM nan = (VM)(a != a);                                                     \
+			VM r = (VM)(a OP b);                                                       \
+			STORE(V, d + i, (V)((((VM)a | (M)(QB)) & nan) | (r & ~nan)));              \
+		}                                                                              \
+		for (; i < n; i++) d[i] = N##_##OPN##1_##ISA(x[i], y[i]);                      \
+	}                                                                                  \
+	ATTR static void N##_##OPN##in_##ISA(T *d, const T *x, size_t n) {                 \
+		typedef T V __attribute__((vector_size(VS), aligned(1), may_alias));          \
+		typedef M VM __attribute__((vector_size(VS), aligned(1), may_alias));         \
+		const size_t w = VS / sizeof(T);                                               \
+		size_t i = 0;                                                                  \
+		for (; i + w <= n; i += w) {                                                   \
+			V a = LOAD(V, d + i), b = LOAD(V, x + i);                                  \
+			VM nan = (VM)(a != a);                                                     \
+			VM r = (VM)(a OP b);                                                       \
+			STORE(V, d + i, (V)((((VM)a | (M)(QB)) & nan) | (r & ~nan)));              \
+		}                                                                              \
+		for (; i < n; i++) d[i] = N##_##OPN##1_##ISA(d[i], x[i]);                      \
+	}
+
+// pick(a, b) = b CMP a ? b : a, lane by lane, through a compare mask.
+#define PICK(ISA, ATTR, VS, T, M, N, OPN, CMP)                                         \
+	ATTR static void N##_##OPN##2_##ISA(T *d, const T *x, const T *y, size_t n) {      \
+		typedef T V __attribute__((vector_size(VS), aligned(1), may_alias));          \
+		typedef M VM __attribute__((vector_size(VS), aligned(1), may_alias));         \
+		const size_t w = VS / sizeof(T);                                               \
+		size_t i = 0;                                                                  \
+		for (; i + w <= n; i += w) {                                                   \
+			V a = LOAD(V, x + i), b = LOAD(V, y + i);                                  \
+			VM m = (VM)(b CMP a);                                                      \
+			STORE(V, d + i, (V)(((VM)b & m) | ((VM)a & ~m)));                          \
+		}                                                                              \
+		for (; i < n; i++) d[i] = y[i] CMP x[i] ? y[i] : x[i];                         \
+	}                                                                                  \
+	ATTR static void N##_##OPN##in_##ISA(T *d, const T *x, size_t n) {                 \
+		typedef T V __attribute__((vector_size(VS), aligned(1), may_alias));          \
+		typedef M VM __attribute__((vector_size(VS), aligned(1), may_alias));         \
+		const size_t w = VS / sizeof(T);                                               \
+		size_t i = 0;                                                                  \
+		for (; i + w <= n; i += w) {                                                   \
+			V a = LOAD(V, d + i), b = LOAD(V, x + i);                                  \
+			VM m = (VM)(b CMP a);                                                      \
+			STORE(V, d + i, (V)(((VM)b & m) | ((VM)a & ~m)));                          \
+		}                                                                              \
+		for (; i < n; i++) d[i] = x[i] CMP d[i] ? x[i] : d[i];                         \
+	}
+
+// The driver of one (type, op): blocks of dst, sources in rank order
+// through the loops of LN (on lanes of LT: integer sums and products run
+// unsigned), and for avg a division by nranks of each finished element.
+#define DRIVER(ISA, ATTR, T, N, OPN, LT, LN, LOOP, DIV)                                  \
+	ATTR static void N##_##OPN##_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
+	                                   size_t n, int nranks) {                         \
+		T *d = (T *)dv;                                                                \
+		const size_t blk = BLOCK_BYTES / sizeof(T);                                    \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			LN##_##LOOP##2_##ISA((LT *)(d + lo), (const LT *)((const T *)srcs[0] + lo), \
+			                     (const LT *)((const T *)srcs[1] + lo), m);            \
+			for (int k = 2; k < nsrc; k++)                                             \
+				LN##_##LOOP##in_##ISA((LT *)(d + lo), (const LT *)((const T *)srcs[k] + lo), m); \
+			DIV(T, d + lo, m, nranks);                                                 \
+		}                                                                              \
+	}
+
+#define NODIV(T, d, m, n) ((void)0)
+#define DIVBY(T, d, m, n)                                                              \
+	do {                                                                               \
+		T q = (T)(n);                                                                  \
+		for (size_t j = 0; j < (m); j++) (d)[j] /= q;                                  \
+	} while (0)
+
+#define ALL(ISA, ATTR, VS)                                                             \
+	ARITH(ISA, ATTR, VS, uint8_t, u8, sum, +)                                          \
+	ARITH(ISA, ATTR, VS, uint32_t, u32, sum, +)                                        \
+	ARITH(ISA, ATTR, VS, uint64_t, u64, sum, +)                                        \
+	FARITH(ISA, ATTR, VS, float, int32_t, f32, sum, +, 0x00400000)                     \
+	FARITH(ISA, ATTR, VS, double, int64_t, f64, sum, +, 0x0008000000000000LL)          \
+	ARITH(ISA, ATTR, VS, uint8_t, u8, prod, *)                                         \
+	ARITH(ISA, ATTR, VS, uint32_t, u32, prod, *)                                       \
+	ARITH(ISA, ATTR, VS, uint64_t, u64, prod, *)                                       \
+	FARITH(ISA, ATTR, VS, float, int32_t, f32, prod, *, 0x00400000)                    \
+	FARITH(ISA, ATTR, VS, double, int64_t, f64, prod, *, 0x0008000000000000LL)         \
+	PICK(ISA, ATTR, VS, int8_t, int8_t, i8, min, <)                                    \
+	PICK(ISA, ATTR, VS, uint8_t, int8_t, u8, min, <)                                   \
+	PICK(ISA, ATTR, VS, int32_t, int32_t, i32, min, <)                                 \
+	PICK(ISA, ATTR, VS, uint32_t, int32_t, u32, min, <)                                \
+	PICK(ISA, ATTR, VS, int64_t, int64_t, i64, min, <)                                 \
+	PICK(ISA, ATTR, VS, uint64_t, int64_t, u64, min, <)                                \
+	PICK(ISA, ATTR, VS, float, int32_t, f32, min, <)                                   \
+	PICK(ISA, ATTR, VS, double, int64_t, f64, min, <)                                  \
+	PICK(ISA, ATTR, VS, int8_t, int8_t, i8, max, >)                                    \
+	PICK(ISA, ATTR, VS, uint8_t, int8_t, u8, max, >)                                   \
+	PICK(ISA, ATTR, VS, int32_t, int32_t, i32, max, >)                                 \
+	PICK(ISA, ATTR, VS, uint32_t, int32_t, u32, max, >)                                \
+	PICK(ISA, ATTR, VS, int64_t, int64_t, i64, max, >)                                 \
+	PICK(ISA, ATTR, VS, uint64_t, int64_t, u64, max, >)                                \
+	PICK(ISA, ATTR, VS, float, int32_t, f32, max, >)                                   \
+	PICK(ISA, ATTR, VS, double, int64_t, f64, max, >)                                  \
+	DRIVER(ISA, ATTR, uint8_t, u8, sum, uint8_t, u8, sum, NODIV)                                         \
+	DRIVER(ISA, ATTR, uint32_t, u32, sum, uint32_t, u32, sum, NODIV)                                       \
+	DRIVER(ISA, ATTR, uint64_t, u64, sum, uint64_t, u64, sum, NODIV)                                       \
+	DRIVER(ISA, ATTR, float, f32, sum, float, f32, sum, NODIV)                                          \
+	DRIVER(ISA, ATTR, double, f64, sum, double, f64, sum, NODIV)                                         \
+	DRIVER(ISA, ATTR, uint8_t, u8, prod, uint8_t, u8, prod, NODIV)                                        \
+	DRIVER(ISA, ATTR, uint32_t, u32, prod, uint32_t, u32, prod, NODIV)                                      \
+	DRIVER(ISA, ATTR, uint64_t, u64, prod, uint64_t, u64, prod, NODIV)                                      \
+	DRIVER(ISA, ATTR, float, f32, prod, float, f32, prod, NODIV)                                         \
+	DRIVER(ISA, ATTR, double, f64, prod, double, f64, prod, NODIV)                                        \
+	DRIVER(ISA, ATTR, int8_t, i8, min, int8_t, i8, min, NODIV)                                          \
+	DRIVER(ISA, ATTR, uint8_t, u8, min, uint8_t, u8, min, NODIV)                                         \
+	DRIVER(ISA, ATTR, int32_t, i32, min, int32_t, i32, min, NODIV)                                        \
+	DRIVER(ISA, ATTR, uint32_t, u32, min, uint32_t, u32, min, NODIV)                                       \
+	DRIVER(ISA, ATTR, int64_t, i64, min, int64_t, i64, min, NODIV)                                        \
+	DRIVER(ISA, ATTR, uint64_t, u64, min, uint64_t, u64, min, NODIV)                                       \
+	DRIVER(ISA, ATTR, float, f32, min, float, f32, min, NODIV)                                          \
+	DRIVER(ISA, ATTR, double, f64, min, double, f64, min, NODIV)                                         \
+	DRIVER(ISA, ATTR, int8_t, i8, max, int8_t, i8, max, NODIV)                                          \
+	DRIVER(ISA, ATTR, uint8_t, u8, max, uint8_t, u8, max, NODIV)                                         \
+	DRIVER(ISA, ATTR, int32_t, i32, max, int32_t, i32, max, NODIV)                                        \
+	DRIVER(ISA, ATTR, uint32_t, u32, max, uint32_t, u32, max, NODIV)                                       \
+	DRIVER(ISA, ATTR, int64_t, i64, max, int64_t, i64, max, NODIV)                                        \
+	DRIVER(ISA, ATTR, uint64_t, u64, max, uint64_t, u64, max, NODIV)                                       \
+	DRIVER(ISA, ATTR, float, f32, max, float, f32, max, NODIV)                                          \
+	DRIVER(ISA, ATTR, double, f64, max, double, f64, max, NODIV)                                         \
+	DRIVER(ISA, ATTR, int64_t, i64, avg, uint64_t, u64, sum, DIVBY)                                        \
+	DRIVER(ISA, ATTR, uint64_t, u64, avg, uint64_t, u64, sum, DIVBY)                                       \
+	DRIVER(ISA, ATTR, float, f32, avg, float, f32, sum, DIVBY)                                          \
+	DRIVER(ISA, ATTR, double, f64, avg, double, f64, sum, DIVBY)                                         \
+	static void (*const table_##ISA[GR_NKERNELS])(void *, const uintptr_t *, int, size_t, int) = { \
+		[GR_U8_SUM] = u8_sum_##ISA, [GR_U32_SUM] = u32_sum_##ISA, [GR_U64_SUM] = u64_sum_##ISA, \
+		[GR_F32_SUM] = f32_sum_##ISA, [GR_F64_SUM] = f64_sum_##ISA,                     \
+		[GR_U8_PROD] = u8_prod_##ISA, [GR_U32_PROD] = u32_prod_##ISA, [GR_U64_PROD] = u64_prod_##ISA, \
+		[GR_F32_PROD] = f32_prod_##ISA, [GR_F64_PROD] = f64_prod_##ISA,                 \
+		[GR_I8_MIN] = i8_min_##ISA, [GR_U8_MIN] = u8_min_##ISA, [GR_I32_MIN] = i32_min_##ISA, \
+		[GR_U32_MIN] = u32_min_##ISA, [GR_I64_MIN] = i64_min_##ISA, [GR_U64_MIN] = u64_min_##ISA, \
+		[GR_F32_MIN] = f32_min_##ISA, [GR_F64_MIN] = f64_min_##ISA,                     \
+		[GR_I8_MAX] = i8_max_##ISA, [GR_U8_MAX] = u8_max_##ISA, [GR_I32_MAX] = i32_max_##ISA, \
+		[GR_U32_MAX] = u32_max_##ISA, [GR_I64_MAX] = i64_max_##ISA, [GR_U64_MAX] = u64_max_##ISA, \
+		[GR_F32_MAX] = f32_max_##ISA, [GR_F64_MAX] = f64_max_##ISA,                     \
+		[GR_I64_AVG] = i64_avg_##ISA, [GR_U64_AVG] = u64_avg_##ISA,                     \
+		[GR_F32_AVG] = f32_avg_##ISA, [GR_F64_AVG] = f64_avg_##ISA,                     \
+	};
+
+ALL(sse2, , 16)
+ALL(avx2, __attribute__((target("avx2"))), 32)
+ALL(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), 64)
+
+void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int nsrc, size_t n, int nranks) {
+	switch (isa) {
+	case GR_AVX512:
+		table_avx512[kernel]((void *)dst, srcs, nsrc, n, nranks);
+		break;
+	case GR_AVX2:
+		table_avx2[kernel]((void *)dst, srcs, nsrc, n, nranks);
+		break;
+	default:
+		table_sse2[kernel]((void *)dst, srcs, nsrc, n, nranks);
+	}
+}

@@ -1,0 +1,108 @@
+//go:build amd64 && cgo
+
+package host
+
+/*
+#cgo CFLAGS: -O2 -fno-fast-math -fno-strict-aliasing -Wall
+#include "reduce_simd.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// The instruction sets of the vector kernels (reduce_simd.c).
+const (
+	isaScalar = 0 // the Go kernels only
+	isaSSE2   = C.GR_SSE2
+	isaAVX2   = C.GR_AVX2
+	isaAVX512 = C.GR_AVX512
+)
+
+// vecMinBytes: below this a reduction stays in Go, where it costs less
+// than the cgo call.
+const vecMinBytes = 512
+
+// bestISA is the widest instruction set this CPU and OS run.
+func bestISA() int {
+	switch {
+	case cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512DQ):
+		return isaAVX512
+	case cpuid.CPU.Supports(cpuid.AVX2):
+		return isaAVX2
+	}
+	return isaSSE2 // the x86-64 baseline
+}
+
+// isas lists the instruction sets this machine can run, narrowest first
+// (for tests and benchmarks).
+func isas() []int {
+	out := []int{isaScalar, isaSSE2}
+	if b := bestISA(); b >= isaAVX2 {
+		out = append(out, isaAVX2)
+		if b == isaAVX512 {
+			out = append(out, isaAVX512)
+		}
+	}
+	return out
+}
+
+func isaName(isa int) string {
+	return [...]string{"go", "sse2", "avx2", "avx512"}[isa]
+}
+
+// vecKernels maps (type, op) to a vector kernel, -1 where the Go kernel
+// stays (the half types and the 8- and 32-bit averages, which widen).
+var vecKernels = func() (k [10][5]int) {
+	for t := range k {
+		for o := range k[t] {
+			k[t][o] = -1
+		}
+	}
+	set := func(t collectives.DataType, sum, prod, mn, mx, avg int) {
+		k[t] = [5]int{collectives.Sum: sum, collectives.Prod: prod, collectives.Min: mn, collectives.Max: mx, collectives.Avg: avg}
+	}
+	set(collectives.Int8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_I8_MIN, C.GR_I8_MAX, -1)
+	set(collectives.Uint8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_U8_MIN, C.GR_U8_MAX, -1)
+	set(collectives.Int32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_I32_MIN, C.GR_I32_MAX, -1)
+	set(collectives.Uint32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_U32_MIN, C.GR_U32_MAX, -1)
+	set(collectives.Int64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_I64_MIN, C.GR_I64_MAX, C.GR_I64_AVG)
+	set(collectives.Uint64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_U64_MIN, C.GR_U64_MAX, C.GR_U64_AVG)
+	set(collectives.Float32, C.GR_F32_SUM, C.GR_F32_PROD, C.GR_F32_MIN, C.GR_F32_MAX, C.GR_F32_AVG)
+	set(collectives.Float64, C.GR_F64_SUM, C.GR_F64_PROD, C.GR_F64_MIN, C.GR_F64_MAX, C.GR_F64_AVG)
+	return k
+}()
+
+// vectorize wraps the Go kernel of (t, op) with the vector kernel of isa
+// where there is one; it runs calls of at least vecMinBytes with two or
+// more sources.
+func vectorize(t collectives.DataType, op collectives.Op, isa int, scalar reduceFunc) reduceFunc {
+	kernel := vecKernels[t][op]
+	if kernel < 0 || isa == isaScalar {
+		return scalar
+	}
+	es := t.Size()
+	return func(dst []byte, srcs [][]byte, nranks int, sc *scratch) {
+		if len(dst) < vecMinBytes || len(srcs) < 2 {
+			scalar(dst, srcs, nranks, sc)
+			return
+		}
+		// Addresses, not Go pointers, cross into C: the sources are mapped
+		// shared memory or the caller's buffers, all live for the call.
+		ptrs := sc.ptrs[:0]
+		for _, s := range srcs {
+			ptrs = append(ptrs, uintptr(unsafe.Pointer(unsafe.SliceData(s))))
+		}
+		sc.ptrs = ptrs
+		C.gr_reduce(C.int(isa), C.int(kernel), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))),
+			(*C.uintptr_t)(unsafe.Pointer(unsafe.SliceData(ptrs))), C.int(len(srcs)), C.size_t(len(dst)/es), C.int(nranks))
+		runtime.KeepAlive(dst)
+		runtime.KeepAlive(srcs)
+	}
+}

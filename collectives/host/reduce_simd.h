@@ -1,0 +1,22 @@
+// The vector reduction kernels (reduce_simd.c), called from reduce_simd.go.
+#include <stddef.h>
+#include <stdint.h>
+
+// Instruction sets.
+enum { GR_SSE2 = 1, GR_AVX2 = 2, GR_AVX512 = 3 };
+
+// Kernels: (lane type, op). Signed sums and products use the unsigned
+// kernels, which wrap alike.
+enum {
+	GR_U8_SUM, GR_U32_SUM, GR_U64_SUM, GR_F32_SUM, GR_F64_SUM,
+	GR_U8_PROD, GR_U32_PROD, GR_U64_PROD, GR_F32_PROD, GR_F64_PROD,
+	GR_I8_MIN, GR_U8_MIN, GR_I32_MIN, GR_U32_MIN, GR_I64_MIN, GR_U64_MIN, GR_F32_MIN, GR_F64_MIN,
+	GR_I8_MAX, GR_U8_MAX, GR_I32_MAX, GR_U32_MAX, GR_I64_MAX, GR_U64_MAX, GR_F32_MAX, GR_F64_MAX,
+	GR_I64_AVG, GR_U64_AVG, GR_F32_AVG, GR_F64_AVG,
+	GR_NKERNELS
+};
+
+// gr_reduce sets dst[i] = op(srcs[0][i], ..., srcs[nsrc-1][i]) for n
+// elements (nsrc >= 2; only srcs[0] may be dst), then for avg divides by
+// nranks.
+void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int nsrc, size_t n, int nranks);
