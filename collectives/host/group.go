@@ -87,6 +87,11 @@ func (b *backend) runPairs(ctx context.Context, ops []collectives.P2P) error {
 			if o.done || !p.active(o) {
 				continue
 			}
+			if b.selfCopy(st, o) {
+				moved = true
+				left -= 2
+				continue
+			}
 			if o.op.Kind == collectives.SendOp {
 				moved = b.advanceSend(o) || moved
 			} else {

@@ -32,6 +32,10 @@ import (
 // only then, so the reject words are never overwritten before the sender
 // has read them.
 //
+// A message from a rank to itself whose Send and Recv are in the same
+// group (they must be: a Send waits for its Recv) is one copy, not two
+// through the ring (selfCopy).
+//
 // Any change of a channel rings the doorbell of the rank on the other
 // side (a counter in its segment); a rank with nothing to do sleeps on
 // its own doorbell, so one futex word serves every channel it waits on.
@@ -145,6 +149,7 @@ type pending struct {
 	theirCount int
 	theirType  collectives.DataType
 	posted     bool // Send: every chunk is in the ring
+	started    bool // a chunk went through the ring
 	done       bool
 	err        error
 }
@@ -177,6 +182,7 @@ func (b *backend) advanceSend(o *pending) bool {
 		le.PutUint64(s[hdrCount:], uint64(o.op.Count))
 		le.PutUint64(s[hdrBytes:], uint64(len(o.buf)))
 		copy(s[slotHdr:slotHdr+m], o.buf[o.off:o.off+m])
+		o.started = true
 		o.off += m
 		o.posted = o.off == len(o.buf)
 		pos++
@@ -214,6 +220,7 @@ func (b *backend) advanceRecv(o *pending) (bool, error) {
 				"%w: host: rank %d: Recv from rank %d: message %d arrived, want %d", collectives.ErrAborted, b.rank, q, seq, o.seq)})
 		}
 		if o.total < 0 {
+			o.started = true
 			o.total = int(le.Uint64(s[hdrBytes:]))
 			if o.total != len(o.buf) {
 				o.theirCount = int(le.Uint64(s[hdrCount:]))
@@ -253,4 +260,37 @@ func (b *backend) mismatch(op *collectives.P2P, from, sent int, st collectives.D
 	}
 	return fmt.Errorf("host: rank %d: %s %s rank %d: rank %d sends %d %s (%d bytes), rank %d receives %d %s (%d bytes), message %d of the pair: %w",
 		b.rank, op.Kind, dir, op.Peer, from, sent, st, sent*st.Size(), to, want, rt, want*rt.Size(), seq, collectives.ErrInvalidCount)
+}
+
+// selfCopy finishes a message from this rank to itself with one copy
+// when its Send and Recv are both in st, both next on the self pair and
+// neither begun in the ring, and their sizes agree (a mismatch takes the
+// ring, which reports it). It reports whether it did.
+func (b *backend) selfCopy(st []pending, o *pending) bool {
+	if o.op.Peer != b.rank || o.started {
+		return false
+	}
+	want := collectives.RecvOp
+	if o.op.Kind == collectives.RecvOp {
+		want = collectives.SendOp
+	}
+	for i := range st {
+		q := &st[i]
+		if q.op.Kind != want || q.op.Peer != b.rank || q.seq != o.seq || q.done {
+			continue
+		}
+		if q.started || len(q.buf) != len(o.buf) || !b.p2p.active(q) {
+			return false
+		}
+		if o.op.Kind == collectives.SendOp {
+			copy(q.buf, o.buf)
+		} else {
+			copy(o.buf, q.buf)
+		}
+		o.done, q.done = true, true
+		b.p2p.sendDone[b.rank]++
+		b.p2p.recvDone[b.rank]++
+		return true
+	}
+	return false
 }

@@ -250,6 +250,17 @@ func patterns(n int, rng *rand.Rand) map[string]*plan {
 	}
 	self.reverse()
 	out["self sends only, Recvs first"] = self
+	// Self messages (copied directly) between messages to a peer (through
+	// the ring), the first larger than the ring.
+	mixed := newPlan(n)
+	for s := 0; s < n; s++ {
+		mixed.add(s, s, 50000, collectives.Float64)
+		mixed.add(s, s, 7, collectives.Int8)
+		mixed.add(s, (s+1)%n, 4095, collectives.Float32)
+		mixed.add(s, s, 0, collectives.Int8)
+	}
+	mixed.shuffle(rng)
+	out["self messages between others, shuffled"] = mixed
 	return out
 }
 
@@ -496,4 +507,24 @@ func TestPointToPointAcrossProcesses(t *testing.T) {
 		require.NoError(t, p.check(me, rb), "iteration %d", it)
 		runtime.KeepAlive(rb)
 	}
+}
+
+// A self Send and Recv of different sizes go through the ring, which
+// reports the mismatch on both; the self pair stays in step.
+func TestSelfSizeMismatch(t *testing.T) {
+	j := newJob(t, 2, Config{StagingBytes: 8 << 10, Timeout: time.Minute})
+	sbuf, rbuf := alloc(4000), alloc(8000)
+	g := &collectives.Group{P2P: []collectives.P2P{
+		{Kind: collectives.RecvOp, Peer: 0, Buf: addr(rbuf), Count: 2000, Type: collectives.Float32},
+		{Kind: collectives.SendOp, Peer: 0, Buf: addr(sbuf), Count: 1000, Type: collectives.Float32},
+	}}
+	err := j.bes[0].(collectives.GroupRunner).RunGroup(context.Background(), g)
+	require.ErrorIs(t, err, collectives.ErrInvalidCount)
+	assert.Contains(t, err.Error(), "rank 0 sends 1000 float (4000 bytes), rank 0 receives 2000 float (8000 bytes)")
+	runtime.KeepAlive(sbuf)
+	runtime.KeepAlive(rbuf)
+	p := newPlan(2)
+	p.add(0, 0, 3000, collectives.Int32)
+	p.add(1, 1, 5, collectives.Int8)
+	require.NoError(t, j.execute(p))
 }
