@@ -418,3 +418,26 @@ func TestP2PCasesPassAndDetectCorruption(t *testing.T) {
 	assert.Contains(t, out, "conformance: all 3 ranks:")
 	assert.Contains(t, out, " 1 failed\n")
 }
+
+// noP2P is a communicator whose backend has no point-to-point calls: it
+// refuses them before launching anything, as comm does.
+type noP2P struct{ *checktest.Comm }
+
+func (noP2P) Group(context.Context, []collectives.P2P) error {
+	return fmt.Errorf("point-to-point: %w", collectives.ErrNotSupported)
+}
+func (noP2P) AllToAll(context.Context, uintptr, uintptr, int, collectives.DataType, uintptr) error {
+	return collectives.ErrNotSupported
+}
+
+func TestP2PSkippedWhereNotSupported(t *testing.T) {
+	cfg, err := parseConfig([]string{"--counts", "3", "--colls", "broadcast", "--types", "int8"})
+	require.NoError(t, err)
+	g := checktest.NewGroup(2)
+	ranks := []bench.Rank{{Comm: noP2P{g.Rank(0)}, Space: membuf.NewHost()}, {Comm: noP2P{g.Rank(1)}, Space: membuf.NewHost()}}
+	var out bytes.Buffer
+	code := runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &bytes.Buffer{}, nil)
+	assert.Equal(t, 0, code, out.String())
+	assert.Contains(t, out.String(), "point-to-point calls skipped")
+	assert.Contains(t, out.String(), "conformance: all 2 ranks: 8 cases, 0 failed") // the broadcasts (2 roots, 2 placements) only
+}
