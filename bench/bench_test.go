@@ -134,7 +134,7 @@ func TestParseArgs(t *testing.T) {
 		want string
 	}{
 		{nil, "name a collective"},
-		{[]string{"all_to_all"}, "collective"},
+		{[]string{"all_to_one"}, "collective"},
 		{[]string{"all_reduce", "broadcast"}, "unexpected argument"},
 		{[]string{"all_reduce", "-b", "1G", "-e", "1M"}, "minbytes"},
 		{[]string{"all_reduce", "-b", "1x"}, "-b"},

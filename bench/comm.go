@@ -21,6 +21,18 @@ type Comm interface {
 	Bootstrap() transport.Bootstrap
 }
 
+// PointToPoint is implemented by communicators with point-to-point calls
+// and the collectives built on them (comm.Comm through bench/job's
+// Adapter). Counts are per peer, as comm's.
+type PointToPoint interface {
+	// Group runs ops, Sends and Recvs of this rank, as one group.
+	Group(ctx context.Context, ops []collectives.P2P) error
+	AllToAll(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, stream uintptr) error
+	AllToAllv(ctx context.Context, send uintptr, sendCounts, sendDispls []int, recv uintptr, recvCounts, recvDispls []int, dt collectives.DataType, stream uintptr) error
+	Gather(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, stream uintptr) error
+	Scatter(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, stream uintptr) error
+}
+
 // Registrar is implemented by communicators that expose user buffers to
 // peers (-R 1: Register existing memory; -R 2: Alloc registered memory).
 type Registrar interface {

@@ -34,6 +34,7 @@ const (
 // Config is a parsed `goccl bench` command line.
 type Config struct {
 	Coll       collectives.Collective
+	P2P        P2PTest // a point-to-point test instead of Coll
 	MinBytes   int64
 	MaxBytes   int64
 	StepFactor int64
@@ -62,7 +63,8 @@ type Config struct {
 var ErrUsage = errors.New("bench: usage")
 
 // Usage is printed for -h and after a usage error.
-const Usage = `usage: goccl bench <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
+const Usage = `usage: goccl bench <all_reduce|broadcast|reduce_scatter|all_gather|reduce|
+                    sendrecv|alltoall|gather|scatter> [flags]
 
 nccl-tests' flags:
   -b, --minbytes N     smallest size (K/M/G suffixes, powers of 1024)   [32M]
@@ -75,7 +77,8 @@ nccl-tests' flags:
   -d, --datatype T     int8 uint8 int32 uint32 int64 uint64 half float
                        double bfloat16, or all                          [float]
   -o, --op OP          sum prod max min avg, or all                     [sum]
-  -r, --root R         root rank of broadcast/reduce, or all            [0]
+  -r, --root R         root rank of broadcast/reduce/gather/scatter,
+                       or all                                           [0]
   -z, --blocking 0|1   wait and barrier after every call                [0]
   -G, --cudagraph N    capture the -n iterations in a CUDA graph and
                        launch it N times, as nccl-tests does (GPU)      [0]
@@ -166,11 +169,13 @@ func ParseArgs(args []string) (Config, error) {
 		coll, rest = fs.Arg(0), fs.Args()[1:]
 	}
 	if coll == "" {
-		return cfg, fmt.Errorf("%w: name a collective (all_reduce, broadcast, reduce_scatter, all_gather, reduce)", ErrUsage)
+		return cfg, fmt.Errorf("%w: name a collective (all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)", ErrUsage)
 	}
 	var err error
-	if cfg.Coll, err = collectives.ParseCollective(coll); err != nil {
-		return cfg, fmt.Errorf("%w: collective: %w", ErrUsage, err)
+	if cfg.P2P = parseP2PTest(coll); cfg.P2P == NoP2P {
+		if cfg.Coll, err = collectives.ParseCollective(coll); err != nil {
+			return cfg, fmt.Errorf("%w: collective: %w", ErrUsage, err)
+		}
 	}
 	if cfg.MinBytes, err = ParseSize(minB); err != nil {
 		return cfg, fmt.Errorf("%w: -b: %w", ErrUsage, err)
@@ -208,6 +213,24 @@ func ParseArgs(args []string) (Config, error) {
 	cfg.Backend = Backend(strings.ToLower(backend))
 	return cfg, cfg.validate()
 }
+
+// TestName is the benchmark's name: the collective's or the
+// point-to-point test's.
+func (c *Config) TestName() string {
+	if c.P2P != NoP2P {
+		return c.P2P.String()
+	}
+	return c.Coll.String()
+}
+
+func (c *Config) rooted() bool {
+	if c.P2P != NoP2P {
+		return c.P2P.Rooted()
+	}
+	return c.Coll.Rooted()
+}
+
+func (c *Config) reduces() bool { return c.P2P == NoP2P && c.Coll.Reduces() }
 
 func (c *Config) validate() error {
 	bad := func(format string, a ...any) error {

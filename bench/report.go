@@ -49,7 +49,7 @@ func NewReport(cfg *Config, sum Summary) Report {
 		backend = "gpu"
 	}
 	return Report{
-		Tool: "goccl bench", Label: cfg.Label, Collective: cfg.Coll.String(), Backend: backend,
+		Tool: "goccl bench", Label: cfg.Label, Collective: cfg.TestName(), Backend: backend,
 		NRanks: len(sum.Devices), Host: host, Devices: sum.Devices,
 		Mode: Mode{MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, StepFactor: cfg.StepFactor, StepBytes: cfg.StepBytes,
 			Iters: cfg.Iters, Warmup: cfg.Warmup, Check: cfg.Check, Graph: cfg.Graph, Register: cfg.Register,

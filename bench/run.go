@@ -38,7 +38,7 @@ func Run(ctx context.Context, cfg *Config, ranks []Rank, out io.Writer) (Summary
 	nranks := ranks[0].Comm.Size()
 	if !cfg.RootAll {
 		for _, r := range cfg.Roots {
-			if cfg.Coll.Rooted() && r >= nranks {
+			if cfg.rooted() && r >= nranks {
 				return Summary{}, fmt.Errorf("%w: -r: root %d not in [0,%d)", ErrUsage, r, nranks)
 			}
 		}
@@ -112,7 +112,7 @@ func (r *runner) run(ctx context.Context) (sum Summary, err error) {
 	var busN int
 	for _, t := range cfg.Types {
 		ops := cfg.Ops
-		if !cfg.Coll.Reduces() {
+		if !cfg.reduces() {
 			ops = []collectives.Op{collectives.Sum} // ignored; printed "none"
 		}
 		for _, op := range ops {
@@ -149,7 +149,7 @@ func (r *runner) run(ctx context.Context) (sum Summary, err error) {
 }
 
 func (r *runner) roots() []int {
-	if !r.cfg.Coll.Rooted() {
+	if !r.cfg.rooted() {
 		return []int{-1}
 	}
 	if r.cfg.RootAll {
@@ -191,7 +191,7 @@ func (r *runner) allocate(ctx context.Context) error {
 	sizes := r.cfg.Sizes()
 	for _, t := range r.cfg.Types {
 		for _, s := range sizes {
-			sh := ShapeOf(r.cfg.Coll, s, t, r.n)
+			sh := r.shape(s, t)
 			sendMax = max(sendMax, sh.SendBytes)
 			recvMax = max(recvMax, sh.SendBytes, sh.RecvBytes)
 		}
@@ -236,10 +236,13 @@ func (r *runner) args(sh Shape, t collectives.DataType, op collectives.Op, root 
 func (r *runner) warmup(ctx context.Context, t collectives.DataType, op collectives.Op, root int) error {
 	sizes := r.cfg.Sizes()
 	for _, s := range []int64{sizes[len(sizes)-1], sizes[0]} {
-		a := r.args(ShapeOf(r.cfg.Coll, s, t, r.n), t, op, root, false)
+		do, _, err := r.ops(ctx, r.shape(s, t), t, op, root, false)
+		if err != nil {
+			return err
+		}
 		for i := 0; i < r.cfg.Warmup; i++ {
-			if err := r.rk.Comm.Run(ctx, &a); err != nil {
-				return fmt.Errorf("bench: warm-up %v: %w", r.cfg.Coll, err)
+			if err := do(); err != nil {
+				return fmt.Errorf("bench: warm-up %v: %w", r.cfg.TestName(), err)
 			}
 		}
 		if err := r.rk.Space.Sync(ctx); err != nil {
@@ -250,9 +253,9 @@ func (r *runner) warmup(ctx context.Context, t collectives.DataType, op collecti
 }
 
 func (r *runner) row(ctx context.Context, size int64, t collectives.DataType, op collectives.Op, root int) (Row, error) {
-	sh := ShapeOf(r.cfg.Coll, size, t, r.n)
+	sh := r.shape(size, t)
 	row := Row{Size: sh.Bytes, Count: sh.Count, Type: t.String(), RedOp: op.String(), Root: root}
-	if !r.cfg.Coll.Reduces() {
+	if !r.cfg.reduces() {
 		row.RedOp = "none"
 	}
 	for _, inPlace := range []bool{false, true} {
@@ -270,10 +273,13 @@ func (r *runner) row(ctx context.Context, size int64, t collectives.DataType, op
 }
 
 func (r *runner) measure(ctx context.Context, sh Shape, t collectives.DataType, op collectives.Op, root int, inPlace bool) (Result, error) {
-	a := r.args(sh, t, op, root, inPlace)
+	do, chk, err := r.ops(ctx, sh, t, op, root, inPlace)
+	if err != nil {
+		return Result{}, err
+	}
 	boot := r.rk.Comm.Bootstrap()
 	// One untimed call, as nccl-tests makes, then start together.
-	if err := r.call(ctx, &a); err != nil {
+	if err := r.call(ctx, do); err != nil {
 		return Result{}, err
 	}
 	if err := r.rk.Space.Sync(ctx); err != nil {
@@ -282,15 +288,15 @@ func (r *runner) measure(ctx context.Context, sh Shape, t collectives.DataType, 
 	if err := boot.Barrier(ctx); err != nil {
 		return Result{}, fmt.Errorf("bench: barrier: %w", err)
 	}
-	elapsed, ops, err := r.timed(ctx, &a)
+	elapsed, ops, err := r.timed(ctx, do)
 	if err != nil {
 		return Result{}, err
 	}
 	wrong := int64(-1)
-	if r.cfg.Check > 0 {
+	if r.cfg.Check > 0 && chk != nil {
 		wrong = 0
 		for rep := 0; rep < r.cfg.Check && wrong == 0; rep++ {
-			w, err := r.check(ctx, &a, sh, root, inPlace, rep)
+			w, err := chk(rep)
 			if err != nil {
 				return Result{}, err
 			}
@@ -316,7 +322,7 @@ func (r *runner) measure(ctx context.Context, sh Shape, t collectives.DataType, 
 			totalWrong += w
 		}
 	}
-	if r.cfg.Check == 0 {
+	if r.cfg.Check == 0 || chk == nil {
 		totalWrong = -1
 	}
 	sec := combine(secs, r.cfg.Average)
@@ -325,6 +331,9 @@ func (r *runner) measure(ctx context.Context, sh Shape, t collectives.DataType, 
 		// One rank in place moves no byte: a rate would only measure the
 		// call's overhead (hundreds of TB/s of nothing).
 		algbw, busbw = 0, 0
+	}
+	if r.cfg.P2P != NoP2P {
+		busbw = algbw * P2PBusFactor(r.cfg.P2P, r.n)
 	}
 	return Result{TimeUS: sec * 1e6, AlgBW: algbw, BusBW: busbw, Wrong: totalWrong}, nil
 }
@@ -347,9 +356,34 @@ func combine(secs []float64, avg Average) float64 {
 	return out
 }
 
-func (r *runner) call(ctx context.Context, a *collectives.Args) error {
-	if err := r.rk.Comm.Run(ctx, a); err != nil {
-		return fmt.Errorf("bench: %v %v count %d: %w", a.Coll, a.Type, a.Count, err)
+// shape is a swept size's shape for the benchmark's call.
+func (r *runner) shape(size int64, t collectives.DataType) Shape {
+	if r.cfg.P2P != NoP2P {
+		return P2PShapeOf(r.cfg.P2P, size, t, r.n)
+	}
+	return ShapeOf(r.cfg.Coll, size, t, r.n)
+}
+
+// ops returns one placement's call and its check (nil when the placement
+// is timed only).
+func (r *runner) ops(ctx context.Context, sh Shape, t collectives.DataType, op collectives.Op, root int, inPlace bool) (func() error, func(rep int) (int64, error), error) {
+	if r.cfg.P2P != NoP2P {
+		return r.p2pOps(ctx, sh, t, max(root, 0), inPlace)
+	}
+	a := r.args(sh, t, op, root, inPlace)
+	do := func() error {
+		if err := r.rk.Comm.Run(ctx, &a); err != nil {
+			return fmt.Errorf("%v %v count %d: %w", a.Coll, a.Type, a.Count, err)
+		}
+		return nil
+	}
+	chk := func(rep int) (int64, error) { return r.check(ctx, &a, sh, root, inPlace, rep) }
+	return do, chk, nil
+}
+
+func (r *runner) call(ctx context.Context, do func() error) error {
+	if err := do(); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	if r.cfg.Blocking {
 		if err := r.rk.Space.Sync(ctx); err != nil {
@@ -364,14 +398,14 @@ func (r *runner) call(ctx context.Context, a *collectives.Args) error {
 
 // timed runs the measured iterations and returns their elapsed time and
 // how many operations it covers.
-func (r *runner) timed(ctx context.Context, a *collectives.Args) (time.Duration, int, error) {
+func (r *runner) timed(ctx context.Context, do func() error) (time.Duration, int, error) {
 	n := r.cfg.Iters
 	if r.cfg.Graph == 0 {
 		if err := r.timer.Start(); err != nil {
 			return 0, 0, err
 		}
 		for i := 0; i < n; i++ {
-			if err := r.call(ctx, a); err != nil {
+			if err := r.call(ctx, do); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -386,9 +420,9 @@ func (r *runner) timed(ctx context.Context, a *collectives.Args) (time.Duration,
 		return 0, 0, err
 	}
 	for i := 0; i < n; i++ {
-		if err := r.rk.Comm.Run(ctx, a); err != nil {
+		if err := do(); err != nil {
 			_, _ = g.EndCapture()
-			return 0, 0, fmt.Errorf("bench: capture %v: %w", a.Coll, err)
+			return 0, 0, fmt.Errorf("bench: capture: %w", err)
 		}
 	}
 	graph, err := g.EndCapture()

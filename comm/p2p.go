@@ -65,26 +65,34 @@ func (c *Comm) AllToAllv(ctx context.Context, send uintptr, sendCounts, sendDisp
 			}
 		}
 	}
-	es := uintptr(dt.Size())
 	if !dt.Valid() {
 		return fmt.Errorf("goccl: rank %d: AllToAllv: datatype %d: %w", c.rank, dt, collectives.ErrUnknownDataType)
 	}
-	ops := make([]collectives.P2P, 0, 2*c.size)
+	es := uintptr(dt.Size())
+	pair := func(p int) (s, r collectives.P2P) {
+		s = collectives.P2P{Kind: collectives.SendOp, Peer: p, Buf: send + uintptr(sendDispls[p])*es, Count: sendCounts[p], Type: dt, Stream: stream}
+		r = collectives.P2P{Kind: collectives.RecvOp, Peer: p, Buf: recv + uintptr(recvDispls[p])*es, Count: recvCounts[p], Type: dt, Stream: stream}
+		return s, r
+	}
+	// Everything is checked before anything is recorded, so that a bad
+	// entry launches nothing.
 	for p := 0; p < c.size; p++ {
-		s := collectives.P2P{Kind: collectives.SendOp, Peer: p, Buf: send + uintptr(sendDispls[p])*es, Count: sendCounts[p], Type: dt, Stream: stream}
-		r := collectives.P2P{Kind: collectives.RecvOp, Peer: p, Buf: recv + uintptr(recvDispls[p])*es, Count: recvCounts[p], Type: dt, Stream: stream}
+		s, r := pair(p)
 		if (s.Count > 0 && send == 0) || (r.Count > 0 && recv == 0) {
 			return fmt.Errorf("goccl: rank %d: AllToAllv: nil buffer with counts to or from rank %d: %w", c.rank, p, collectives.ErrNilPointer)
 		}
-		for _, op := range []collectives.P2P{s, r} {
-			if err := op.Validate(c.rank, c.size); err != nil {
-				return fmt.Errorf("goccl: rank %d: AllToAllv: %w", c.rank, err)
-			}
+		if err := s.Validate(c.rank, c.size); err != nil {
+			return fmt.Errorf("goccl: rank %d: AllToAllv: %w", c.rank, err)
 		}
-		ops = append(ops, s, r)
+		if err := r.Validate(c.rank, c.size); err != nil {
+			return fmt.Errorf("goccl: rank %d: AllToAllv: %w", c.rank, err)
+		}
 	}
 	return c.withGroup(ctx, collectives.AllToAllvGroup, func(g *collectives.Group) {
-		g.P2P = append(g.P2P, ops...)
+		for p := 0; p < c.size; p++ {
+			s, r := pair(p)
+			g.P2P = append(g.P2P, s, r)
+		}
 	})
 }
 

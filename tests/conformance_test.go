@@ -28,7 +28,8 @@ type confCase struct {
 }
 
 // conformanceCases is the CI matrix. At the small counts every collective
-// × dtype × op runs at every rank count. At the big count the rank counts
+// × dtype × op, and every point-to-point call × dtype, runs at every rank
+// count. At the big count the rank counts
 // up to 4 run a spread of dtypes (1, 2 and 8 bytes, integer and float,
 // both half types) with every op; 8 ranks on CI's 2 cores run two dtypes
 // and two ops, which still cover the chunked paths of every collective.
@@ -36,6 +37,9 @@ func conformanceCases(short bool) []confCase {
 	small := []string{"--counts", fmt.Sprintf("0,1,%d", primeCount)}
 	bigMid := []string{"--counts", strconv.Itoa(bigCount), "--types", "float32,float16,bfloat16,int64,uint8"}
 	bigWide := []string{"--counts", strconv.Itoa(bigCount), "--types", "float32,bfloat16", "--ops", "sum,max"}
+	// The point-to-point calls run in both (per-peer counts); this adds the
+	// counts 7 and 4095 for every dtype, without the collectives.
+	p2p := []string{"--colls", "none", "--counts", "7,4095"}
 	var cs []confCase
 	for _, np := range []int{1, 2, 3, 4, 8} {
 		cs = append(cs, confCase{fmt.Sprintf("np=%d/small", np), np, small, 3 * time.Minute})
@@ -44,6 +48,7 @@ func conformanceCases(short bool) []confCase {
 			big = bigWide
 		}
 		cs = append(cs, confCase{fmt.Sprintf("np=%d/big", np), np, big, 3 * time.Minute})
+		cs = append(cs, confCase{fmt.Sprintf("np=%d/p2p", np), np, p2p, 3 * time.Minute})
 	}
 	return cs
 }
@@ -62,6 +67,7 @@ func TestConformanceThroughLauncher(t *testing.T) {
 			t.Logf("%s: %v", tc.name, res.took.Round(time.Millisecond))
 			require.Equal(t, 0, res.code, "conformance failed:\n%s", res)
 			assert.NotContains(t, res.stderr, "goccl run:", "the launcher reported a problem")
+			assert.NotContains(t, res.stdout, "skipped", "the host backend runs every call")
 			// Every rank reports how many cases it checked: a rank that
 			// checked nothing, or a summary that lost a rank, is a failure.
 			for r := 0; r < tc.np; r++ {

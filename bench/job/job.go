@@ -100,7 +100,7 @@ func Open(ctx context.Context, o Options) (*Job, error) {
 			}
 			sp = d
 		}
-		j.Ranks = append(j.Ranks, bench.Rank{Comm: Adapter{c}, Space: sp})
+		j.Ranks = append(j.Ranks, bench.Rank{Comm: Adapter{C: c, g: comm.NewGroup()}, Space: sp})
 	}
 	return j, nil
 }
@@ -144,8 +144,12 @@ func (j *Job) Close() error {
 	return errors.Join(append(errs, cerrs...)...)
 }
 
-// Adapter presents a comm.Comm as a bench.Comm and bench.Registrar.
-type Adapter struct{ C *comm.Comm }
+// Adapter presents a comm.Comm as a bench.Comm, bench.PointToPoint and
+// bench.Registrar.
+type Adapter struct {
+	C *comm.Comm
+	g *comm.Group // reused by Group: no allocation per call
+}
 
 func (a Adapter) Rank() int                      { return a.C.Rank() }
 func (a Adapter) Size() int                      { return a.C.Size() }
@@ -185,4 +189,39 @@ func (a Adapter) Alloc(ctx context.Context, size int) (uintptr, func(context.Con
 		return 0, nil, err
 	}
 	return p, reg.Close, nil
+}
+
+// Group records ops in a comm.Group and runs it.
+func (a Adapter) Group(ctx context.Context, ops []collectives.P2P) error {
+	g := a.g
+	if g == nil {
+		g = comm.NewGroup()
+	}
+	for i := range ops {
+		o := &ops[i]
+		if o.Kind == collectives.SendOp {
+			_ = g.Send(a.C, o.Buf, o.Count, o.Type, o.Peer, o.Stream)
+		} else {
+			_ = g.Recv(a.C, o.Buf, o.Count, o.Type, o.Peer, o.Stream)
+		}
+	}
+	// A bad operation's error is the group's: Run returns it, issuing
+	// nothing.
+	return g.Run(ctx)
+}
+
+func (a Adapter) AllToAll(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, stream uintptr) error {
+	return a.C.AllToAll(ctx, send, recv, count, dt, stream)
+}
+
+func (a Adapter) AllToAllv(ctx context.Context, send uintptr, sendCounts, sendDispls []int, recv uintptr, recvCounts, recvDispls []int, dt collectives.DataType, stream uintptr) error {
+	return a.C.AllToAllv(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls, dt, stream)
+}
+
+func (a Adapter) Gather(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, stream uintptr) error {
+	return a.C.Gather(ctx, send, recv, count, dt, root, stream)
+}
+
+func (a Adapter) Scatter(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, stream uintptr) error {
+	return a.C.Scatter(ctx, send, recv, count, dt, root, stream)
 }

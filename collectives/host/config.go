@@ -25,8 +25,9 @@ type Config struct {
 	// duration or a number of seconds), else 5 minutes.
 	Timeout time.Duration
 	// StagingBytes is the size of each of the two staging halves every rank
-	// shares; the shared memory per rank is about twice this, whatever the
-	// count. Zero: 2 MiB. At least 4 KiB.
+	// shares; the point-to-point rings of a rank (one per destination) take
+	// about as much again, so the shared memory per rank is about three
+	// times this, whatever the count. Zero: 2 MiB. At least 4 KiB.
 	StagingBytes int
 	// OneShotMax is the largest AllReduce/Reduce, in bytes, run one-shot
 	// when no algorithm is forced. Zero: 256 KiB.

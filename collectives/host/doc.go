@@ -14,6 +14,13 @@
 // Config.Algo forces either. ReduceScatter stages each destination's
 // block; Broadcast and AllGather copy through staging.
 //
+// Point-to-point operations (RunGroup: Send, Recv, and AllToAll(v),
+// Gather and Scatter, which arrive as groups of them) take no part in the
+// barriers: each ordered pair of ranks has a ring of slots in the sender's
+// segment (the staging size split over the destinations), and a group's
+// operations all progress together until every one has finished (p2p.go,
+// group.go). A Send returns once its receiver holds the data.
+//
 // Reductions visit ranks in order on every rank, so results are bitwise
 // identical across ranks. Half types accumulate in float32 and round once;
 // integer averages divide the exact sum (taken in 64 bits; 64-bit types

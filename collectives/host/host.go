@@ -34,6 +34,7 @@ type backend struct {
 
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
+	p2p  pairs // point-to-point channels (p2p.go); under mu
 
 	mu       sync.Mutex // one Run at a time; Close waits for it
 	amu      sync.Mutex // guards shared-memory writes of fail against Close
@@ -73,7 +74,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 		return nil, err
 	}
 	half := cfg.StagingBytes
-	seg, err := shm.Map(ctx, b, ctrlBytes+2*half)
+	seg, err := shm.Map(ctx, b, ctrlBytes+2*half+p2pBytes(half, n))
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +97,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 		}
 	}
 	be.abortWord = word(seg.Peer(0), offAbort)
+	be.initPairs(ctrlBytes + 2*half)
 	algo := cfg.Algo
 	if algo == "" {
 		algo = fmt.Sprintf("by size: oneshot up to %d B, twoshot above", cfg.OneShotMax)

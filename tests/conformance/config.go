@@ -44,18 +44,22 @@ type config struct {
 	regUser    bool // matrix buffers from the rank's space, then Register
 	timeout    time.Duration
 	show       int // failures printed per rank
+	p2p        []p2pKind
 }
 
 const usage = `usage: conformance [flags]   (one rank; start it under goccl run, mpirun or torchrun)
 
   --backend host|gpu|auto    [auto]
   --counts LIST              element counts                    [0,1,7,4095,1048579]
-  --colls LIST               collectives, or all               [all]
+  --colls LIST               collectives, all or none          [all]
   --types LIST               datatypes, or all                 [all]
   --ops LIST                 reduction ops, or all             [all]
   --roots all|ends|LIST      roots of broadcast and reduce; ends = 0 and the last rank [ends]
   --inplace both|only|none   in-place cases too, only, or not  [both]
   --seed N                   base seed of the inputs           [1]
+  --p2p LIST                 point-to-point calls: sendrecv, allpairs, alltoall,
+                             alltoallv, gather, scatter, all or none (--types,
+                             --counts as per-peer counts, --roots, --large apply)  [all]
   --large SIZES              large messages in bytes (K/M/G/Ki/Mi/Gi), e.g. 64Mi,1Gi
   --large-types LIST         their datatypes                   [float32,bfloat16,int32]
   --large-ops LIST           their ops                         [sum,max]
@@ -74,7 +78,7 @@ func parseConfig(args []string) (*config, error) {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := &config{}
-	var counts, colls, types, ops, inplace, large, largeTypes, largeOps string
+	var counts, colls, types, ops, inplace, large, largeTypes, largeOps, p2p string
 	fs.StringVar(&c.backend, "backend", "auto", "")
 	fs.StringVar(&counts, "counts", "0,1,7,4095,1048579", "")
 	fs.StringVar(&colls, "colls", "all", "")
@@ -93,6 +97,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.BoolVar(&c.regUser, "register-user", false, "")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "")
 	fs.IntVar(&c.show, "show", 10, "")
+	fs.StringVar(&p2p, "p2p", "all", "")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -103,13 +108,18 @@ func parseConfig(args []string) (*config, error) {
 	if c.counts, err = parseCounts(counts); err != nil {
 		return nil, err
 	}
-	if c.colls, err = parseList(colls, "--colls", collectives.AllCollectives, collectives.ParseCollective); err != nil {
+	if strings.EqualFold(colls, "none") {
+		c.colls = nil // the point-to-point calls only
+	} else if c.colls, err = parseList(colls, "--colls", collectives.AllCollectives, collectives.ParseCollective); err != nil {
 		return nil, err
 	}
 	if c.types, err = parseList(types, "--types", collectives.AllDataTypes, collectives.ParseDataType); err != nil {
 		return nil, err
 	}
 	if c.ops, err = parseList(ops, "--ops", collectives.AllOps, collectives.ParseOp); err != nil {
+		return nil, err
+	}
+	if c.p2p, err = parseP2P(p2p); err != nil {
 		return nil, err
 	}
 	if c.largeTypes, err = parseList(largeTypes, "--large-types", collectives.AllDataTypes, collectives.ParseDataType); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--stress", "-1"}, ">= 0"},
 		{[]string{"--timeout", "0s"}, "--timeout"},
 		{[]string{"extra"}, "unexpected"},
+		{[]string{"--p2p", "broadcast"}, "--p2p"},
 	}
 	for _, tt := range bad {
 		_, err := parseConfig(tt.args)
@@ -139,7 +141,7 @@ func TestRunPasses(t *testing.T) {
 func TestRunReportsWrongElement(t *testing.T) {
 	// Call 5 is all_reduce int8 sum count 7 out-of-place... whichever it
 	// is, one rank's last element is wrong and must be named.
-	code, out, _ := fakeRun(t, 2, []string{"--counts", "7", "--colls", "all_reduce", "--types", "int32", "--ops", "sum,max"},
+	code, out, _ := fakeRun(t, 2, []string{"--counts", "7", "--colls", "all_reduce", "--types", "int32", "--ops", "sum,max", "--p2p", "none"},
 		func(g *checktest.Group) { g.CorruptCall, g.CorruptRank = 3, 1 })
 	require.Equal(t, 1, code, out)
 	assert.Contains(t, out, "conformance: rank 1: FAIL all_reduce int32 count=7 nranks=2 op=max")
@@ -351,4 +353,91 @@ func TestRegisterAllocatesThroughTheCommunicator(t *testing.T) {
 	code, _, errOut2 := fakeRun(t, 1, []string{"--register", "--counts", "1", "--colls", "broadcast", "--types", "int8"}, nil)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut2, "--register: this communicator cannot register buffers")
+}
+
+func TestBuildP2PCases(t *testing.T) {
+	c, err := parseConfig([]string{"--counts", "0,7", "--types", "int8,float64", "--p2p", "sendrecv,gather,alltoallv", "--large", "1Mi"})
+	require.NoError(t, err)
+	assert.Equal(t, []p2pKind{kSendRecv, kGather, kAllToAllv}, c.p2p)
+	cs, err := buildP2PCases(c, 4)
+	require.NoError(t, err)
+	// sendrecv and alltoallv: 2 types x 2 counts; gather also 2 roots
+	// (0 and 3); then the large count once per kind, type and one root.
+	require.Len(t, cs, 2*2+2*2*2+2*2+3*3)
+	seeds := map[uint64]bool{}
+	for _, pc := range cs {
+		seeds[pc.seed] = true
+	}
+	assert.Len(t, seeds, len(cs), "every case has fresh inputs")
+	all, err := parseConfig(nil)
+	require.NoError(t, err)
+	assert.Len(t, all.p2p, int(numP2PKinds), "every kind by default")
+
+	// Every plan's blocks fit their buffers and pair up: what s sends d is
+	// what d receives from s.
+	for _, k := range all.p2p {
+		for _, n := range []int{1, 2, 3, 8} {
+			pc := pcase{kind: k, dt: collectives.Int32, count: 50, n: n, root: n - 1, seed: 7}
+			plans := make([]p2pPlan, n)
+			for r := range plans {
+				plans[r] = planOf(pc, r)
+			}
+			for s := 0; s < n; s++ {
+				for d := 0; d < n; d++ {
+					ps, pd := plans[s], plans[d]
+					assert.LessOrEqual(t, ps.sd[d]+ps.sc[d], ps.sendLen)
+					assert.LessOrEqual(t, pd.rd[s]+pd.rc[s], pd.recvLen)
+					want := ps.sc[d]
+					if k == kSendRecv && d != (s+1)%n {
+						want = 0
+					}
+					got := pd.rc[s]
+					if k == kSendRecv && s != (d+n-1)%n {
+						got = 0
+					}
+					assert.Equal(t, want, got, "%v n=%d %d->%d", k, n, s, d)
+				}
+			}
+		}
+	}
+}
+
+func TestP2PCasesPassAndDetectCorruption(t *testing.T) {
+	args := []string{"--counts", "0,1,7,300", "--colls", "broadcast", "--types", "int8,float16,float64", "--inplace", "none"}
+	code, out, errOut := fakeRun(t, 3, args, nil)
+	require.Equal(t, 0, code, "%s\n%s", out, errOut)
+	// 6 kinds (gather and scatter at 2 roots) x 3 types x 4 counts, plus
+	// the matrix's broadcasts (2 roots).
+	assert.Contains(t, out, fmt.Sprintf("conformance: rank 1: %d cases, 0 failed", 8*3*4+2*3*4))
+
+	// The 40th message received, job-wide, loses its last byte: exactly
+	// one case fails, naming the block.
+	code, out, _ = fakeRun(t, 3, args, func(g *checktest.Group) { g.CorruptRecv = 40 })
+	require.Equal(t, 1, code, out)
+	assert.Regexp(t, `FAIL \w+ .*: \[block from rank \d: 1 of \d+ elements wrong`, out)
+	assert.Contains(t, out, "conformance: all 3 ranks:")
+	assert.Contains(t, out, " 1 failed\n")
+}
+
+// noP2P is a communicator whose backend has no point-to-point calls: it
+// refuses them before launching anything, as comm does.
+type noP2P struct{ *checktest.Comm }
+
+func (noP2P) Group(context.Context, []collectives.P2P) error {
+	return fmt.Errorf("point-to-point: %w", collectives.ErrNotSupported)
+}
+func (noP2P) AllToAll(context.Context, uintptr, uintptr, int, collectives.DataType, uintptr) error {
+	return collectives.ErrNotSupported
+}
+
+func TestP2PSkippedWhereNotSupported(t *testing.T) {
+	cfg, err := parseConfig([]string{"--counts", "3", "--colls", "broadcast", "--types", "int8"})
+	require.NoError(t, err)
+	g := checktest.NewGroup(2)
+	ranks := []bench.Rank{{Comm: noP2P{g.Rank(0)}, Space: membuf.NewHost()}, {Comm: noP2P{g.Rank(1)}, Space: membuf.NewHost()}}
+	var out bytes.Buffer
+	code := runRanks(context.Background(), cfg, ranks, &syncWriter{w: &out}, &bytes.Buffer{}, nil)
+	assert.Equal(t, 0, code, out.String())
+	assert.Contains(t, out.String(), "point-to-point calls skipped")
+	assert.Contains(t, out.String(), "conformance: all 2 ranks: 8 cases, 0 failed") // the broadcasts (2 roots, 2 placements) only
 }

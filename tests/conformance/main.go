@@ -2,7 +2,9 @@
 // (started by goccl run, Open MPI's mpirun or torchrun) or as several
 // in-process ranks (--inprocess): every collective x dtype x op x count x
 // placement on fresh random inputs with poisoned outputs and guards,
-// checked against package check's reference; optionally large messages,
+// checked against package check's reference; the point-to-point calls
+// (Send/Recv rings and all pairs, AllToAll(v), Gather, Scatter) likewise
+// (p2p.go); optionally large messages,
 // CUDA-graph replays and a back-to-back stress run. Each rank prints
 // "conformance: rank R: N cases, F failed"; rank 0 adds the job's total.
 // It exits 1 when any rank saw a wrong result or an error, 2 on a usage
@@ -117,6 +119,9 @@ func (r *rankRunner) runAll(ctx context.Context) error {
 		return err
 	}
 	err = r.runCases(ctx, cases)
+	if err == nil {
+		err = r.runP2P(ctx)
+	}
 	if e := r.free(ctx); err == nil {
 		err = e
 	}

@@ -175,11 +175,15 @@ func loop(ctx context.Context, c *comm.Comm) int {
 	switch coll {
 	case "allgather":
 		send, recv = make([]int32, count), make([]int32, count*n)
-	case "reducescatter":
+	case "reducescatter", "alltoall":
 		send, recv = make([]int32, count*n), make([]int32, count)
+		if coll == "alltoall" {
+			recv = make([]int32, count*n)
+		}
 	default:
 		send, recv = make([]int32, count), make([]int32, count)
 	}
+	g := comm.NewGroup()
 	ptr := func(b []int32) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 	for it := 0; iters == 0 || it < iters; it++ {
 		for i := range send {
@@ -191,6 +195,13 @@ func loop(ctx context.Context, c *comm.Comm) int {
 			err = c.AllGather(ctx, ptr(send), ptr(recv), count, comm.Int32, 0)
 		case "reducescatter":
 			err = c.ReduceScatter(ctx, ptr(send), ptr(recv), count, comm.Int32, comm.Sum, 0)
+		case "sendrecv":
+			// A ring exchange in one group, Recv recorded first.
+			_ = g.Recv(c, ptr(recv), count, comm.Int32, (r+n-1)%n, 0)
+			_ = g.Send(c, ptr(send), count, comm.Int32, (r+1)%n, 0)
+			err = g.Run(ctx)
+		case "alltoall":
+			err = c.AllToAll(ctx, ptr(send), ptr(recv), count, comm.Int32, 0)
 		default:
 			err = c.AllReduce(ctx, ptr(send), ptr(recv), count, comm.Int32, comm.Sum, 0)
 		}
@@ -208,6 +219,10 @@ func loop(ctx context.Context, c *comm.Comm) int {
 				for q := 0; q < n; q++ {
 					want += val(q, it, r*count+i)
 				}
+			case "sendrecv":
+				want = val((r+n-1)%n, it, i)
+			case "alltoall":
+				want = val(i/count, it, r*count+i%count)
 			default:
 				for q := 0; q < n; q++ {
 					want += val(q, it, i)

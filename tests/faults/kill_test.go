@@ -86,6 +86,12 @@ func TestKillDuringCollective(t *testing.T) {
 		{"reducescatter", 1 << 19, 2},
 		{"allreduce", 1000, 0}, // rank 0 holds the bootstrap star
 		{"allgather", 1 << 19, 0},
+		// Point-to-point: the dead rank's neighbours wait on it in a Send
+		// (stuck mid-message: 4 MiB fills the ring) and a Recv; the third
+		// rank of the ring hears it from them.
+		{"sendrecv", 1 << 20, 1},
+		{"sendrecv", 1000, 0},
+		{"alltoall", 1 << 18, 2},
 	}
 	var worstAll time.Duration
 	for _, tc := range cases {
@@ -131,6 +137,9 @@ func TestStopDuringCollective(t *testing.T) {
 		{"heartbeat/root", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 0, 5 * time.Second},
 		// The host backend's wait bound, heartbeat far longer.
 		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 8 * time.Second},
+		// A ring exchange: the stopped rank's neighbours wait on it in a
+		// Send and a Recv, each bounded by the same timeout.
+		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 8 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,6 +27,13 @@ type Group struct {
 	err     error
 	calls   int
 
+	queues   map[pairKey][][]byte // point-to-point messages in flight
+	received int                  // non-empty messages received, job-wide
+
+	// CorruptRecv, when > 0, flips the last byte of the CorruptRecv-th
+	// non-empty point-to-point message received (1-based, job-wide).
+	CorruptRecv int
+
 	// CorruptCall, when > 0, makes the CorruptCall-th collective (1-based,
 	// counted once per job-wide call) write one wrong element on rank
 	// CorruptRank.
