@@ -41,6 +41,14 @@ type tcpBootstrap struct {
 	failed    chan struct{} // closed on the first failure
 	onFailure func(error)
 
+	// Clean goodbyes: closedAfter[r] is the number of calls rank r made
+	// before it closed, or notClosed. calls is this rank's, told in its
+	// own goodbye.
+	closedMu    sync.Mutex
+	closedAfter []int64
+	onClosed    func(rank int)
+	calls       atomic.Uint64
+
 	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: stops the heartbeat
@@ -144,7 +152,14 @@ func (b *tcpBootstrap) AllGather(ctx context.Context, data []byte) ([][]byte, er
 	}
 	if err != nil {
 		if b.usable() == nil {
-			b.fail(err)
+			// Rank 0 tells the leaves which rank broke the op: they wait
+			// for its answer, which will not come.
+			var pe *collectives.PeerError
+			if b.rank == 0 && errors.As(err, &pe) && pe.Rank != 0 {
+				b.peerFailed(pe.Rank, pe.Cause)
+			} else {
+				b.fail(err)
+			}
 		}
 		return nil, err
 	}
@@ -281,7 +296,7 @@ func (b *tcpBootstrap) Close() error {
 				continue
 			}
 			if b.failure() == nil {
-				_ = p.write(kindBye, 0, nil, 100*time.Millisecond)
+				_ = p.write(kindBye, 0, encodeClosed(b.rank, callsOnWire(int64(min(b.calls.Load(), 1<<62)))), 100*time.Millisecond)
 			}
 			_ = p.conn.Close()
 		}

@@ -129,6 +129,7 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	// detects.
 	c.seq++
 	a.Seq = c.seq
+	c.boot.calls.Store(c.seq)
 	if err := c.backend.Run(ctx, a); err != nil {
 		return c.runFailed(ctx, err)
 	}
@@ -150,12 +151,15 @@ const causeWait = 2 * time.Second
 // communicator and is told to the other ranks, whose backends were stopped
 // by it and wait for its cause.
 func (c *Comm) runFailed(ctx context.Context, err error) error {
-	fatal := errors.Is(err, collectives.ErrAborted) || errors.Is(err, collectives.ErrTimeout)
-	// This rank's own wait for a peer timed out: first-hand evidence, told
-	// to the others naming that peer.
+	// This rank's own wait for a peer timed out, or found it closed:
+	// first-hand evidence, told to the others naming that peer.
 	var pe *collectives.PeerError
-	ownTimeout := errors.As(err, &pe) && pe.Rank != c.rank && errors.Is(err, collectives.ErrTimeout) && !errors.Is(err, collectives.ErrAborted)
-	if fatal && !ownTimeout && c.abortErr.Load() == nil && ctx.Err() == nil && !c.closed.Load() {
+	peerErr := errors.As(err, &pe) && pe.Rank != c.rank && !errors.Is(err, collectives.ErrAborted)
+	ownTimeout := peerErr && errors.Is(err, collectives.ErrTimeout)
+	peerClosed := peerErr && errors.Is(err, collectives.ErrPeerClosed)
+	firstHand := ownTimeout || peerClosed
+	fatal := errors.Is(err, collectives.ErrAborted) || errors.Is(err, collectives.ErrTimeout) || peerClosed
+	if fatal && !firstHand && c.abortErr.Load() == nil && ctx.Err() == nil && !c.closed.Load() {
 		t := time.NewTimer(causeWait)
 		select {
 		case <-c.boot.failed:
@@ -173,20 +177,49 @@ func (c *Comm) runFailed(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", *ab, err)
 	}
 	if fatal {
-		if ownTimeout {
+		switch {
+		case ownTimeout:
 			c.boot.blame(pe.Rank, timeoutCause(pe.Cause))
+		case peerClosed:
+			c.boot.blame(pe.Rank, c.closedCause(pe.Rank))
 		}
 		// The bootstrap's failure (blame's, or one recorded meanwhile)
 		// names the rank at fault; otherwise this failure is the cause.
 		if f := c.boot.failure(); f != nil {
 			c.setAborted(f)
 		}
-		if c.setAborted(err) && !ownTimeout {
+		if c.setAborted(err) && !firstHand {
 			c.boot.abort(err, err.Error())
 		}
 		return *c.abortErr.Load()
 	}
 	return err
+}
+
+// closedCause says that peer r closed cleanly while this rank still has
+// a call that needs it, with both call numbers where known. ErrPeerClosed's
+// text comes first so that it survives the failure notice.
+func (c *Comm) closedCause(r int) error {
+	cur := c.boot.calls.Load()
+	// The backend may see the close (through shared memory) before the
+	// goodbye that says after how many calls reaches this rank.
+	n, ok := c.boot.closedCalls(r)
+	for i := 0; !ok && i < 100; i++ {
+		time.Sleep(time.Millisecond)
+		n, ok = c.boot.closedCalls(r)
+	}
+	if ok {
+		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d)", collectives.ErrPeerClosed, n, c.rank, cur)
+	}
+	return fmt.Errorf("%w, with calls still outstanding on other ranks (rank %d is in call #%d)", collectives.ErrPeerClosed, c.rank, cur)
+}
+
+// onPeerClosed is the bootstrap's goodbye handler: the backend ends the
+// waits that rank r left unmet (see collectives.PeerCloser).
+func (c *Comm) onPeerClosed(r int) {
+	if pc, ok := c.backend.(collectives.PeerCloser); ok {
+		pc.PeerClosed(r)
+	}
 }
 
 // timeoutCause puts ErrTimeout's text first so that it survives the

@@ -70,11 +70,12 @@ const (
 	kindResult    = 4 // root -> peer: AllGather result (packed)
 	kindHeartbeat = 5 // both ways, empty
 	kindFailed    = 6 // rank u32 + message: that rank failed (relay, or self-abort)
-	kindBye       = 7 // a clean Close: not a failure
-	numKinds      = 8
+	kindBye       = 7 // a clean Close, not a failure; payload: closedNote
+	kindClosed    = 8 // root -> peer: relays another peer's goodbye; payload: closedNote
+	numKinds      = 9
 )
 
-var kindNames = [numKinds]string{"?", "welcome", "reject", "contrib", "result", "heartbeat", "failed", "bye"}
+var kindNames = [numKinds]string{"?", "welcome", "reject", "contrib", "result", "heartbeat", "failed", "bye", "closed"}
 
 // frameHeaderSize: length u32 | kind u8 | 3 zero bytes | seq u32.
 const frameHeaderSize = 12
@@ -250,6 +251,26 @@ func decodeFailed(b []byte, nranks int) (int, string, error) {
 		return 0, "", fmt.Errorf("%w: failure notice names rank %d of %d", errMalformed, r, nranks)
 	}
 	return int(r), printable(b[4:]), nil
+}
+
+// Closed note: rank u32 | calls u64, the calls that rank made before it
+// closed its communicator cleanly.
+const closedNoteSize = 12
+
+func encodeClosed(rank int, calls uint64) []byte {
+	out := binary.BigEndian.AppendUint32(make([]byte, 0, closedNoteSize), uint32(rank))
+	return binary.BigEndian.AppendUint64(out, calls)
+}
+
+func decodeClosed(b []byte, nranks int) (int, uint64, error) {
+	if len(b) != closedNoteSize {
+		return 0, 0, fmt.Errorf("%w: closed note of %d bytes", errMalformed, len(b))
+	}
+	r := binary.BigEndian.Uint32(b)
+	if uint64(r) >= uint64(nranks) {
+		return 0, 0, fmt.Errorf("%w: closed note names rank %d of %d", errMalformed, r, nranks)
+	}
+	return int(r), binary.BigEndian.Uint64(b[4:]), nil
 }
 
 func decodeReject(b []byte) (string, error) {

@@ -73,9 +73,24 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 		switch {
 		case h.Kind == kindHeartbeat:
 		case h.Kind == kindBye:
+			calls := int64(unknownCalls)
+			if r, n, err := decodeClosed(payload, b.nranks); err == nil && r == p.rank {
+				calls = callsFromWire(n)
+			}
 			p.bye.Store(true)
-			b.log.Debug("goccl: peer closed its communicator", "rank", b.rank, "peer", p.rank)
+			b.log.Debug("goccl: peer closed its communicator", "rank", b.rank, "peer", p.rank, "calls", calls)
+			b.peerClosed(p.rank, calls)
 			return
+		case h.Kind == kindClosed && b.rank != 0:
+			r, n, err := decodeClosed(payload, b.nranks)
+			if err == nil && (r == 0 || r == b.rank) {
+				err = fmt.Errorf("%w: closed note names rank %d", errMalformed, r)
+			}
+			if err != nil {
+				b.peerFailed(p.rank, err)
+				return
+			}
+			b.peerClosed(r, callsFromWire(n))
 		case h.Kind == kindContrib && b.rank == 0, h.Kind == kindResult && b.rank != 0:
 			select {
 			case p.data <- message{seq: h.Seq, payload: payload}:
@@ -96,6 +111,82 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 			b.peerFailed(p.rank, fmt.Errorf("%w: unexpected %s frame", errMalformed, kindNames[h.Kind]))
 			return
 		}
+	}
+}
+
+// Values of closedAfter besides call counts.
+const (
+	notClosed    = -1
+	unknownCalls = -2 // closed, count not said
+)
+
+// peerClosed records rank r's clean goodbye after calls calls; rank 0
+// tells the other leaves, which hear goodbyes from rank 0 only. The
+// handler (the communicator's) then ends the waits on r that r left
+// unmet.
+func (b *tcpBootstrap) peerClosed(r int, calls int64) {
+	b.closedMu.Lock()
+	if b.closedAfter == nil || b.closedAfter[r] != notClosed {
+		b.closedMu.Unlock()
+		return
+	}
+	b.closedAfter[r] = calls
+	f := b.onClosed
+	b.closedMu.Unlock()
+	if b.rank == 0 && !b.closing.Load() {
+		note := encodeClosed(r, callsOnWire(calls))
+		for _, p := range b.peers {
+			if p != nil && p.rank != r && !p.bye.Load() {
+				_ = p.write(kindClosed, 0, note, time.Second)
+			}
+		}
+	}
+	if f != nil {
+		f(r)
+	}
+}
+
+// callsOnWire and callsFromWire carry a call count, or unknownCalls as
+// all ones.
+func callsOnWire(calls int64) uint64 {
+	if calls < 0 {
+		return ^uint64(0)
+	}
+	return uint64(calls)
+}
+
+func callsFromWire(n uint64) int64 {
+	if n > 1<<62 {
+		return unknownCalls
+	}
+	return int64(n)
+}
+
+// closedCalls reports how many calls rank r made before it closed, and
+// whether that is known.
+func (b *tcpBootstrap) closedCalls(r int) (uint64, bool) {
+	b.closedMu.Lock()
+	defer b.closedMu.Unlock()
+	if b.closedAfter == nil || r < 0 || r >= len(b.closedAfter) || b.closedAfter[r] < 0 {
+		return 0, false
+	}
+	return uint64(b.closedAfter[r]), true
+}
+
+// setOnPeerClosed installs the goodbye handler and runs it for the ranks
+// that closed already.
+func (b *tcpBootstrap) setOnPeerClosed(f func(rank int)) {
+	b.closedMu.Lock()
+	b.onClosed = f
+	var gone []int
+	for r, n := range b.closedAfter {
+		if n != notClosed {
+			gone = append(gone, r)
+		}
+	}
+	b.closedMu.Unlock()
+	for _, r := range gone {
+		f(r)
 	}
 }
 
@@ -148,8 +239,10 @@ func (b *tcpBootstrap) blame(r int, cause error) {
 // remoteCause rebuilds a failure notice's cause so that errors.Is still
 // finds ErrTimeout in a peer's timeout: the notice carries text only.
 func remoteCause(msg string) error {
-	if rest, ok := strings.CutPrefix(msg, collectives.ErrTimeout.Error()); ok {
-		return fmt.Errorf("%w%s", collectives.ErrTimeout, rest)
+	for _, e := range []error{collectives.ErrTimeout, collectives.ErrPeerClosed} {
+		if rest, ok := strings.CutPrefix(msg, e.Error()); ok {
+			return fmt.Errorf("%w%s", e, rest)
+		}
 	}
 	return errors.New(msg)
 }

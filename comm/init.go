@@ -163,6 +163,10 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 		rank: spec.rank, nranks: spec.nranks, log: set.log, opTimeout: set.timeout,
 		hbInterval: set.hbInterval, hbTimeout: heartbeatMisses * set.hbInterval,
 		fds: fds, failed: make(chan struct{}), done: make(chan struct{}),
+		closedAfter: make([]int64, spec.nranks),
+	}
+	for r := range b.closedAfter {
+		b.closedAfter[r] = notClosed
 	}
 	pid := int32(os.Getpid())
 	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, log: set.log}
@@ -273,6 +277,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		backendName: name, backend: be, boot: boot, log: set.log, check: set.check,
 	}
 	boot.setOnFailure(c.onPeerFailure)
+	boot.setOnPeerClosed(c.onPeerClosed)
 	if err := boot.Barrier(ctx); err != nil {
 		be.Abort(err)
 		_ = be.Close()

@@ -31,6 +31,7 @@ import (
 //	FAULTS_COLL      allreduce | allgather | reducescatter
 //	FAULTS_COUNT     elements per call (per rank for allgather/reducescatter)
 //	FAULTS_ITERS     calls to make; 0: until one fails
+//	FAULTS_ITERS_<r> the same for rank r only (a rank that makes fewer calls)
 //	FAULTS_VALUE     base of the values, distinct per job
 //	FAULTS_HB        heartbeat interval (Options.HeartbeatInterval)
 //	FAULTS_INJECT    a fault this rank injects into itself (see injector)
@@ -38,7 +39,7 @@ import (
 //	                 under the launcher)
 //
 // and prints, one per line: "READY pid= rank=", then "OK" after FAULTS_ITERS
-// calls, or "FAILED t= peer= aborted= timeout= err=" when a call fails,
+// calls, "CLOSING t=" as it calls Close and "CLOSED" once Close returned, or "FAILED t= peer= aborted= timeout= err=" when a call fails,
 // or "INITFAIL t= peer= ... err=" when init fails, followed by "LEAK ..."
 // with the resources held beyond what the process held before init.
 func childMain(mode string) int {
@@ -154,7 +155,13 @@ func rankMain() int {
 	rank = c.Rank()
 	fmt.Printf("READY pid=%d rank=%d\n", os.Getpid(), rank)
 	code := loop(ctx, c)
+	if code == 0 {
+		fmt.Printf("CLOSING t=%d\n", time.Now().UnixNano())
+	}
 	_ = c.Close()
+	if code == 0 {
+		fmt.Println("CLOSED")
+	}
 	if code == 1 {
 		fmt.Println(leakLine(before, token, rank))
 	}
@@ -166,9 +173,9 @@ func rankMain() int {
 func loop(ctx context.Context, c *comm.Comm) int {
 	coll := os.Getenv("FAULTS_COLL")
 	count := envInt("FAULTS_COUNT", 1024)
-	iters := envInt("FAULTS_ITERS", 0)
-	base := int32(envInt("FAULTS_VALUE", 0))
 	n, r := c.Size(), c.Rank()
+	iters := envInt("FAULTS_ITERS_"+strconv.Itoa(r), envInt("FAULTS_ITERS", 0))
+	base := int32(envInt("FAULTS_VALUE", 0))
 	// Rank q contributes val(q, it, i) at element i of its send buffer.
 	val := func(q, it, i int) int32 { return base + int32(q*7+it%5+i%13) }
 	var send, recv []int32
