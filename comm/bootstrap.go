@@ -47,6 +47,7 @@ type tcpBootstrap struct {
 	closedMu    sync.Mutex
 	closedAfter []int64
 	onClosed    func(rank int)
+	closedSig   chan struct{} // signalled on every goodbye (one waiter: runFailed)
 	calls       atomic.Uint64
 
 	closing   atomic.Bool
@@ -222,7 +223,7 @@ func (b *tcpBootstrap) receive(ctx context.Context, p *peer) ([]byte, error) {
 		default:
 		}
 		if p.bye.Load() {
-			return nil, &collectives.PeerError{Rank: p.rank, Cause: errors.New("closed its communicator")}
+			return nil, &collectives.PeerError{Rank: p.rank, Cause: b.closedCause(p.rank)}
 		}
 		return nil, b.waitFailure(p.rank)
 	case <-ctx.Done():
@@ -231,6 +232,17 @@ func (b *tcpBootstrap) receive(ctx context.Context, p *peer) ([]byte, error) {
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// closedCause says that rank r closed cleanly while this rank still
+// needs it; rank 0 relays it as text, which remoteCause turns back into
+// an ErrPeerClosed.
+func (b *tcpBootstrap) closedCause(r int) error {
+	if n, ok := b.closedCalls(r); ok {
+		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d)",
+			collectives.ErrPeerClosed, n, b.rank, b.calls.Load())
+	}
+	return fmt.Errorf("%w, with calls still outstanding on other ranks", collectives.ErrPeerClosed)
 }
 
 // waitFailure returns the failure the reader of a gone peer recorded.

@@ -105,15 +105,23 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	if err := c.Err(); err != nil {
 		return err
 	}
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	// Every call takes a number, also one that launches nothing (count 0,
+	// arguments this rank rejects, a context that ended before it): a rank
+	// whose call went nowhere then meets its peers in a call of another
+	// number, which the backend detects on every rank, where it would
+	// otherwise pair its next call with their current one. Ranks that all
+	// reject a call (GOCCL_CHECK, or the same bad arguments) stay in step.
+	c.seq++
+	c.boot.calls.Store(c.seq)
 	// A context that ended before the call launches nothing and leaves the
-	// communicator as it was.
+	// communicator usable.
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.callMu.Lock()
-	defer c.callMu.Unlock()
 	a := &c.args
-	*a = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Root: root, Stream: stream}
+	*a = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Root: root, Stream: stream, Seq: c.seq}
 	err := a.Validate(c.rank, c.size)
 	if c.check {
 		err = c.checkCall(ctx, a, err)
@@ -124,12 +132,6 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 		}
 		return err
 	}
-	// Valid calls take numbers, count-0 ones too: a rank that skips a call
-	// then meets its peers in a call of another number, which the backend
-	// detects.
-	c.seq++
-	a.Seq = c.seq
-	c.boot.calls.Store(c.seq)
 	if err := c.backend.Run(ctx, a); err != nil {
 		return c.runFailed(ctx, err)
 	}
@@ -160,13 +162,27 @@ func (c *Comm) runFailed(ctx context.Context, err error) error {
 	firstHand := ownTimeout || peerClosed
 	fatal := errors.Is(err, collectives.ErrAborted) || errors.Is(err, collectives.ErrTimeout) || peerClosed
 	if fatal && !firstHand && c.abortErr.Load() == nil && ctx.Err() == nil && !c.closed.Load() {
+		// The rank the backend names may be one that closed cleanly (a
+		// peer that found it so stopped the backends): that is the cause.
+		var named *collectives.PeerError
+		errors.As(err, &named)
 		t := time.NewTimer(causeWait)
-		select {
-		case <-c.boot.failed:
-			if f := c.boot.failure(); f != nil {
-				c.setAborted(f)
+	wait:
+		for {
+			if named != nil && named.Rank != c.rank && c.boot.hasClosed(named.Rank) {
+				pe, peerClosed, firstHand = named, true, true
+				break
 			}
-		case <-t.C:
+			select {
+			case <-c.boot.failed:
+				if f := c.boot.failure(); f != nil {
+					c.setAborted(f)
+				}
+				break wait
+			case <-c.boot.closedSig:
+			case <-t.C:
+				break wait
+			}
 		}
 		t.Stop()
 	}
@@ -182,6 +198,16 @@ func (c *Comm) runFailed(ctx context.Context, err error) error {
 			c.boot.blame(pe.Rank, timeoutCause(pe.Cause))
 		case peerClosed:
 			c.boot.blame(pe.Rank, c.closedCause(pe.Rank))
+		}
+		if firstHand {
+			// A failure recorded concurrently (a peer's notice of the same
+			// fault) may still be telling the others: wait for it.
+			t := time.NewTimer(causeWait)
+			select {
+			case <-c.boot.failed:
+			case <-t.C:
+			}
+			t.Stop()
 		}
 		// The bootstrap's failure (blame's, or one recorded meanwhile)
 		// names the rank at fault; otherwise this failure is the cause.
@@ -208,7 +234,12 @@ func (c *Comm) closedCause(r int) error {
 		time.Sleep(time.Millisecond)
 		n, ok = c.boot.closedCalls(r)
 	}
-	if ok {
+	switch {
+	case ok && n >= cur:
+		// It made this call too, but returned without waiting for us.
+		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d, "+
+			"which rank %d left at once: a count of 0 or arguments rejected on that rank only?)", collectives.ErrPeerClosed, n, c.rank, cur, r)
+	case ok:
 		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d)", collectives.ErrPeerClosed, n, c.rank, cur)
 	}
 	return fmt.Errorf("%w, with calls still outstanding on other ranks (rank %d is in call #%d)", collectives.ErrPeerClosed, c.rank, cur)

@@ -144,6 +144,17 @@ func (b *tcpBootstrap) peerClosed(r int, calls int64) {
 	if f != nil {
 		f(r)
 	}
+	select {
+	case b.closedSig <- struct{}{}:
+	default:
+	}
+}
+
+// hasClosed reports whether rank r said goodbye.
+func (b *tcpBootstrap) hasClosed(r int) bool {
+	b.closedMu.Lock()
+	defer b.closedMu.Unlock()
+	return r >= 0 && r < len(b.closedAfter) && b.closedAfter[r] != notClosed
 }
 
 // callsOnWire and callsFromWire carry a call count, or unknownCalls as

@@ -163,7 +163,7 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 		rank: spec.rank, nranks: spec.nranks, log: set.log, opTimeout: set.timeout,
 		hbInterval: set.hbInterval, hbTimeout: heartbeatMisses * set.hbInterval,
 		fds: fds, failed: make(chan struct{}), done: make(chan struct{}),
-		closedAfter: make([]int64, spec.nranks),
+		closedAfter: make([]int64, spec.nranks), closedSig: make(chan struct{}, 1),
 	}
 	for r := range b.closedAfter {
 		b.closedAfter[r] = notClosed

@@ -32,7 +32,12 @@ import (
 //	FAULTS_COUNT     elements per call (per rank for allgather/reducescatter)
 //	FAULTS_ITERS     calls to make; 0: until one fails
 //	FAULTS_ITERS_<r> the same for rank r only (a rank that makes fewer calls)
+//	FAULTS_ODD_<r>   "it:how": at iteration it rank r's call goes wrong, how
+//	                 is skip (no call), zero (count 0) or invalid (a nil
+//	                 send buffer); the rank ignores that call's error and
+//	                 result and carries on, as a careless program would
 //	FAULTS_VALUE     base of the values, distinct per job
+//	FAULTS_NOCHECK   1: do not check results (a program that would not notice)
 //	FAULTS_HB        heartbeat interval (Options.HeartbeatInterval)
 //	FAULTS_INJECT    a fault this rank injects into itself (see injector)
 //	FAULTS_TERM      "catch": keep running on SIGTERM (to observe survivors
@@ -72,8 +77,9 @@ func report(kind string, err error) string {
 	if errors.As(err, &p) {
 		pe = p.Rank
 	}
-	return fmt.Sprintf("%s t=%d peer=%d aborted=%t timeout=%t mismatch=%t err=%s", kind, time.Now().UnixNano(), pe,
+	return fmt.Sprintf("%s t=%d peer=%d aborted=%t timeout=%t mismatch=%t callmismatch=%t peerclosed=%t err=%s", kind, time.Now().UnixNano(), pe,
 		errors.Is(err, collectives.ErrAborted), errors.Is(err, collectives.ErrTimeout), errors.Is(err, comm.ErrMismatch),
+		errors.Is(err, comm.ErrCallMismatch), errors.Is(err, comm.ErrPeerClosed),
 		strings.ReplaceAll(err.Error(), "\n", " "))
 }
 
@@ -188,25 +194,50 @@ func loop(ctx context.Context, c *comm.Comm) int {
 		send, recv = make([]int32, count), make([]int32, count)
 	}
 	ptr := func(b []int32) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+	noCheck := os.Getenv("FAULTS_NOCHECK") == "1"
+	oddIt, oddHow := -1, ""
+	if v := os.Getenv("FAULTS_ODD_" + strconv.Itoa(r)); v != "" {
+		a, b, _ := strings.Cut(v, ":")
+		oddIt, _ = strconv.Atoi(a)
+		oddHow = b
+	}
 	for it := 0; iters == 0 || it < iters; it++ {
 		for i := range send {
 			send[i] = val(r, it, i)
 		}
+		cnt, sp := count, ptr(send)
+		if it == oddIt {
+			switch oddHow {
+			case "skip":
+				continue
+			case "zero":
+				cnt = 0
+			case "invalid":
+				sp = 0
+			}
+		}
 		var err error
 		switch coll {
 		case "allgather":
-			err = c.AllGather(ctx, ptr(send), ptr(recv), count, comm.Int32, 0)
+			err = c.AllGather(ctx, sp, ptr(recv), cnt, comm.Int32, 0)
 		case "reducescatter":
-			err = c.ReduceScatter(ctx, ptr(send), ptr(recv), count, comm.Int32, comm.Sum, 0)
+			err = c.ReduceScatter(ctx, sp, ptr(recv), cnt, comm.Int32, comm.Sum, 0)
 		default:
-			err = c.AllReduce(ctx, ptr(send), ptr(recv), count, comm.Int32, comm.Sum, 0)
+			err = c.AllReduce(ctx, sp, ptr(recv), cnt, comm.Int32, comm.Sum, 0)
 		}
 		runtime.KeepAlive(send)
+		if it == oddIt {
+			fmt.Printf("ODD it=%d how=%s err=%v\n", it, oddHow, err)
+			continue
+		}
 		if err != nil {
 			fmt.Println(report("FAILED", err))
 			return 1
 		}
 		for i, got := range recv {
+			if noCheck {
+				break
+			}
 			var want int32
 			switch coll {
 			case "allgather":
