@@ -48,7 +48,7 @@ func InitFromEnv(ctx context.Context, opts Options) (*Comm, error) {
 	}
 	spec := joinSpec{nranks: info.Size, rank: info.Rank, localRank: info.LocalRank}
 	if info.Addr.IsValid() {
-		if spec.id, err = idFromEnv(info.Addr, info.Size, info.Token); err != nil {
+		if spec.id, err = idFromEnv(info.Addr, info.Token); err != nil {
 			return nil, fmt.Errorf("goccl: %s: %w", info.AddrVar, err)
 		}
 		spec.token = spec.id.Token()
