@@ -50,6 +50,14 @@ type tcpBootstrap struct {
 	closedSig   chan struct{} // signalled on every goodbye (one waiter: runFailed)
 	calls       atomic.Uint64
 
+	// This rank's own stalls (health.go): lastTick is when the heartbeat
+	// goroutine last ran, stallAt/stallFor the last gap longer than
+	// stallLimit, all in nanoseconds since epoch (monotonic).
+	stallLimit        time.Duration // the shortest wait of a peer for this rank
+	epoch             time.Time
+	lastTick, stallAt atomic.Int64
+	stallFor          atomic.Int64
+
 	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: stops the heartbeat

@@ -193,7 +193,12 @@ func (c *Comm) runFailed(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", *ab, err)
 	}
 	if fatal {
+		d, stalled := c.boot.stalled()
 		switch {
+		case ownTimeout && stalled:
+			// This rank itself did not run: its wait outlived the timeout
+			// because it slept through it, not because of the peer.
+			c.boot.selfStalled(d, err)
 		case ownTimeout:
 			c.boot.blame(pe.Rank, timeoutCause(pe.Cause))
 		case peerClosed:

@@ -31,20 +31,76 @@ func (b *tcpBootstrap) startHealth() {
 		go b.readLoop(p)
 	}
 	if len(b.peers) > 0 {
+		b.epoch = time.Now()
+		b.lastTick.Store(0)
 		b.wg.Add(1)
 		go b.heartbeat()
 	}
 }
 
+// now is the time since epoch, monotonic.
+func (b *tcpBootstrap) now() int64 { return int64(time.Since(b.epoch)) }
+
+// tick records that the heartbeat goroutine ran; a gap longer than
+// stallLimit since the last run means this process itself did not run
+// (stopped, or starved of CPU), long enough for its peers to give up on it.
+func (b *tcpBootstrap) tick() {
+	now := b.now()
+	if gap := now - b.lastTick.Swap(now); gap > int64(b.stallLimit) {
+		b.stallFor.Store(gap)
+		b.stallAt.Store(now)
+	}
+}
+
+// stalled reports whether this rank has just stalled, and for how long: a
+// tick overdue by more than stallLimit, or a stall that ended less than
+// stallLimit ago (whatever fails right after it is its consequence).
+func (b *tcpBootstrap) stalled() (time.Duration, bool) {
+	if b.epoch.IsZero() {
+		return 0, false
+	}
+	now := b.now()
+	if gap := now - b.lastTick.Load(); gap > int64(b.stallLimit) {
+		return time.Duration(gap), true
+	}
+	if at := b.stallAt.Load(); at > 0 && now-at < int64(b.stallLimit) {
+		return time.Duration(b.stallFor.Load()), true
+	}
+	return 0, false
+}
+
+// selfStalled fails the bootstrap naming this rank, which stalled: the
+// peers that timed out on it were right, and the failure this rank sees
+// on resuming (a peer's silence or exit) is their reaction, not a fault
+// of theirs.
+func (b *tcpBootstrap) selfStalled(d time.Duration, seen error) {
+	cause := fmt.Errorf("%w: this rank stalled for %v (stopped, or starved of CPU), longer than its peers wait (%v), so they gave up on it (then: %v)",
+		collectives.ErrTimeout, d.Round(time.Millisecond), b.stallLimit, seen)
+	err := &collectives.PeerError{Rank: b.rank, Cause: fmt.Errorf("%w: %w", collectives.ErrAborted, cause)}
+	b.abort(err, cause.Error())
+}
+
+// watchPeriod is how often the heartbeat goroutine looks at the clock, so
+// that this rank measures its own stalls finer than the beat.
+const watchPeriod = 100 * time.Millisecond
+
 func (b *tcpBootstrap) heartbeat() {
 	defer b.wg.Done()
-	t := time.NewTicker(b.hbInterval)
+	period := min(b.hbInterval, watchPeriod)
+	t := time.NewTicker(period)
 	defer t.Stop()
+	var sent int64
 	for {
 		select {
 		case <-b.done:
 			return
 		case <-t.C:
+		}
+		b.tick()
+		if now := b.now(); now-sent < int64(b.hbInterval-period/2) {
+			continue
+		} else {
+			sent = now
 		}
 		for _, p := range b.peers {
 			if p == nil || p.bye.Load() {
@@ -65,6 +121,10 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 		h, payload, err := readFrame(p.conn, hdr)
 		if err != nil {
 			if b.closing.Load() || p.bye.Load() {
+				return
+			}
+			if d, ok := b.stalled(); ok {
+				b.selfStalled(d, b.describe(err))
 				return
 			}
 			b.peerFailed(p.rank, b.describe(err))

@@ -168,6 +168,13 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 	for r := range b.closedAfter {
 		b.closedAfter[r] = notClosed
 	}
+	// A rank that did not run for longer than its peers wait for it (their
+	// heartbeat timeout, or a collective timeout set shorter) knows, when
+	// it resumes, that it is the one at fault.
+	b.stallLimit = b.hbTimeout
+	if set.timeoutSet {
+		b.stallLimit = min(b.stallLimit, set.timeout)
+	}
 	pid := int32(os.Getpid())
 	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, log: set.log}
 	switch {
