@@ -209,6 +209,7 @@ func loop(ctx context.Context, c *comm.Comm) int {
 		if it == oddIt {
 			switch oddHow {
 			case "skip":
+				fmt.Printf("ODD t=%d it=%d how=skip\n", time.Now().UnixNano(), it)
 				continue
 			case "zero":
 				cnt = 0
@@ -227,7 +228,7 @@ func loop(ctx context.Context, c *comm.Comm) int {
 		}
 		runtime.KeepAlive(send)
 		if it == oddIt {
-			fmt.Printf("ODD it=%d how=%s err=%v\n", it, oddHow, err)
+			fmt.Printf("ODD t=%d it=%d how=%s err=%v\n", time.Now().UnixNano(), it, oddHow, err)
 			continue
 		}
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/goccl/goccl/launcher"
 )
 
-// Scenario 9: a rank makes one call fewer than the others, closes its
+// Scenario 11: a rank makes one call fewer than the others, closes its
 // communicator cleanly and exits 0. Every other rank's outstanding call
 // (which the early rank will never join) fails at once, not at the
 // collective timeout, with an error naming the rank, saying that it closed
@@ -58,10 +58,10 @@ func TestPeerClosesEarly(t *testing.T) {
 			t.Logf("worst time from the early rank's Close to a survivor's error: %v", worst(fs))
 		})
 	}
-	t.Logf("scenario 9: worst time to error %v", worstAll)
+	t.Logf("scenario 11: worst time to error %v", worstAll)
 }
 
-// Scenario 9 under the launcher: the job fails (the survivors exit 1), the
+// Scenario 11 under the launcher: the job fails (the survivors exit 1), the
 // launcher names a survivor's failure, and every survivor's error names
 // the rank that closed early.
 func TestPeerClosesEarlyUnderLauncher(t *testing.T) {
