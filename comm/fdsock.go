@@ -36,6 +36,8 @@ type fdSocket struct {
 	uid   uint32
 	queue []chan fdItem // per sender
 
+	drops dropLog // reader only, then close
+
 	smu     sync.Mutex // serializes sends (one write deadline per socket)
 	wg      sync.WaitGroup
 	closed  chan struct{}
@@ -158,7 +160,7 @@ func (s *fdSocket) readLoop() {
 				item = fdItem{err: fmt.Errorf("goccl: rank %d: descriptors sent by rank %d were lost: the kernel truncated the message (this process is probably out of file descriptors: RLIMIT_NOFILE): %w", s.rank, lost, unix.EMFILE)}
 				sender = lost
 			} else {
-				s.log.Warn("goccl: dropped a message on the fd socket", "rank", s.rank, "why", err)
+				s.drops.note(s.log, s.rank, cred, err)
 				continue
 			}
 		}
@@ -179,6 +181,10 @@ func (s *fdSocket) accept(payload []byte, flags int, fds []int, cred *unix.Ucred
 	if cred == nil {
 		return 0, errors.New("no sender credentials")
 	}
+	// Another user's message is not even parsed.
+	if cred.Uid != s.uid {
+		return 0, fmt.Errorf("from pid %d: uid %d, this job runs as %d", cred.Pid, cred.Uid, s.uid)
+	}
 	m, err := decodeFDMsg(payload)
 	if err != nil {
 		return 0, fmt.Errorf("from pid %d: %w", cred.Pid, err)
@@ -188,8 +194,6 @@ func (s *fdSocket) accept(payload []byte, flags int, fds []int, cred *unix.Ucred
 		return 0, fmt.Errorf("from pid %d: wrong magic", cred.Pid)
 	case int64(m.Sender) >= int64(len(s.pids)):
 		return 0, fmt.Errorf("from pid %d: claims rank %d of %d", cred.Pid, m.Sender, len(s.pids))
-	case cred.Uid != s.uid:
-		return 0, fmt.Errorf("from pid %d: uid %d, this job runs as %d", cred.Pid, cred.Uid, s.uid)
 	case cred.Pid != s.pids[m.Sender]:
 		return 0, fmt.Errorf("pid %d claims rank %d, whose pid is %d", cred.Pid, m.Sender, s.pids[m.Sender])
 	case int(m.NFDs) != len(fds):
@@ -312,6 +316,7 @@ func (s *fdSocket) close() {
 	close(s.closed)
 	_ = s.conn.Close()
 	s.wg.Wait()
+	s.drops.flush(s.log, s.rank)
 	for _, q := range s.queue {
 		for {
 			select {
@@ -321,6 +326,62 @@ func (s *fdSocket) close() {
 			default:
 			}
 			break
+		}
+	}
+}
+
+// dropLog rate-limits the warnings about dropped fd-socket messages: any
+// local process can send them, and a line per message would let it flood
+// the log. One line per sending pid per dropInterval, carrying how many
+// were dropped since that pid's last line; close says the rest.
+type dropLog struct {
+	bySrc map[int32]*dropCount
+}
+
+type dropCount struct {
+	last time.Time
+	n    int
+	why  error
+}
+
+const (
+	dropInterval = 10 * time.Second
+	dropSources  = 64 // pids tracked apiece; the others share one entry
+)
+
+func (d *dropLog) note(log *slog.Logger, rank int, cred *unix.Ucred, why error) {
+	src := int32(-1)
+	if cred != nil {
+		src = cred.Pid
+	}
+	if d.bySrc == nil {
+		d.bySrc = map[int32]*dropCount{}
+	}
+	c := d.bySrc[src]
+	if c == nil {
+		if len(d.bySrc) >= dropSources {
+			src = -1
+		}
+		if c = d.bySrc[src]; c == nil {
+			c = &dropCount{}
+			d.bySrc[src] = c
+		}
+	}
+	c.n++
+	c.why = why
+	now := time.Now()
+	if c.last.IsZero() || now.Sub(c.last) >= dropInterval {
+		log.Warn("goccl: dropped messages on the fd socket", "rank", rank, "from_pid", src, "count", c.n, "why", why)
+		c.last, c.n = now, 0
+	}
+}
+
+// flush logs the drops not yet logged.
+func (d *dropLog) flush(log *slog.Logger, rank int) {
+	for src, c := range d.bySrc {
+		if c.n > 0 {
+			log.Warn("goccl: dropped messages on the fd socket", "rank", rank, "from_pid", src, "count", c.n, "why", c.why)
+			c.n = 0
 		}
 	}
 }

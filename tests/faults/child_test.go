@@ -307,8 +307,16 @@ func (k *killingBootstrap) SendFDs(ctx context.Context, peer int, fds []int) err
 
 // foreignMain sends one datagram with descriptors to a rank's fd socket,
 // as a process outside the job would. FAULTS_SOCK names the socket,
-// FAULTS_PAYLOAD the payload (hex), FAULTS_NFDS how many memfds to attach.
+// FAULTS_PAYLOAD the payload (hex), FAULTS_NFDS how many memfds to attach,
+// FAULTS_REPEAT how many times to send it (1), FAULTS_UID a uid to become
+// first (as root: another user's process).
 func foreignMain() int {
+	if u := envInt("FAULTS_UID", -1); u >= 0 {
+		if err := syscall.Setuid(u); err != nil {
+			fmt.Println("setuid:", err)
+			return 1
+		}
+	}
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
 	if err != nil {
 		fmt.Println("socket:", err)
@@ -332,9 +340,11 @@ func foreignMain() int {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if err := unix.Sendmsg(s, payload, oob, &unix.SockaddrUnix{Name: os.Getenv("FAULTS_SOCK")}, 0); err != nil {
-		fmt.Println("sendmsg:", err)
-		return 1
+	for i := 0; i < envInt("FAULTS_REPEAT", 1); i++ {
+		if err := unix.Sendmsg(s, payload, oob, &unix.SockaddrUnix{Name: os.Getenv("FAULTS_SOCK")}, 0); err != nil {
+			fmt.Println("sendmsg:", err)
+			return 1
+		}
 	}
 	fmt.Println("SENT")
 	return 0
