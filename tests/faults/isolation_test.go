@@ -116,8 +116,8 @@ type dropCounter struct {
 }
 
 func (d *dropCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (d *dropCounter) WithAttrs([]slog.Attr) slog.Handler      { return d }
-func (d *dropCounter) WithGroup(string) slog.Handler           { return d }
+func (d *dropCounter) WithAttrs([]slog.Attr) slog.Handler       { return d }
+func (d *dropCounter) WithGroup(string) slog.Handler            { return d }
 func (d *dropCounter) Handle(_ context.Context, r slog.Record) error {
 	if !strings.Contains(r.Message, "fd socket") {
 		return nil
