@@ -18,7 +18,10 @@ import (
 )
 
 // fdSocket is a rank's Unix datagram socket for passing descriptors. Its
-// abstract name carries the job token, so jobs never meet. Datagrams keep
+// abstract name carries the job token, so jobs never meet, and a nonce
+// rank 0 draws and sends in the welcome, so that no process outside the
+// job (which may know the token: it can be derived from the address)
+// can take a rank's name before the rank binds it. Datagrams keep
 // each message and its descriptors together. The kernel attaches the
 // sender's credentials to every datagram (SO_PASSCRED); a message is
 // accepted only from our uid and from the pid that the rendezvous
@@ -27,6 +30,7 @@ import (
 type fdSocket struct {
 	conn  *net.UnixConn
 	token string
+	nonce uint64
 	rank  int
 	log   *slog.Logger
 
@@ -51,17 +55,18 @@ const maxFDsPerMsg = 64
 // fdQueue bounds messages waiting per sender.
 const fdQueue = 64
 
-func fdSocketName(token string, rank int) string {
-	return fmt.Sprintf("@goccl-%s-%d", token, rank)
+func fdSocketName(token string, rank int, nonce uint64) string {
+	return fmt.Sprintf("@goccl-%s-%d-%016x", token, rank, nonce)
 }
 
-// bindFDSocket binds rank's socket. It is done before the rendezvous so
-// that every socket exists once any rank learns that the job formed.
-func bindFDSocket(token string, rank int, log *slog.Logger) (*fdSocket, error) {
-	name := fdSocketName(token, rank)
+// bindFDSocket binds rank's socket, once the rendezvous gave the nonce:
+// before this rank contributes to any bootstrap op, so every socket exists
+// by the time any rank sends descriptors (after a first op completes).
+func bindFDSocket(token string, rank int, nonce uint64, log *slog.Logger) (*fdSocket, error) {
+	name := fdSocketName(token, rank, nonce)
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("%w: rank %d is already taken by another process of this job (its fd socket %q exists): duplicate rank", ErrMismatch, rank, name[1:])
+		return nil, fmt.Errorf("goccl: rank %d: its fd socket %q is taken by another process: %w", rank, name[1:], err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: binding fd socket %q: %w", rank, name[1:], err)
@@ -79,7 +84,7 @@ func bindFDSocket(token string, rank int, log *slog.Logger) (*fdSocket, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("goccl: rank %d: SO_PASSCRED on fd socket: %w", rank, err)
 	}
-	return &fdSocket{conn: conn, token: token, rank: rank, log: log, closed: make(chan struct{})}, nil
+	return &fdSocket{conn: conn, token: token, nonce: nonce, rank: rank, log: log, closed: make(chan struct{})}, nil
 }
 
 // start begins receiving once the job's pids are known.
@@ -263,7 +268,7 @@ func (s *fdSocket) send(ctx context.Context, peer int, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	addr := &net.UnixAddr{Name: fdSocketName(s.token, peer), Net: "unixgram"}
+	addr := &net.UnixAddr{Name: fdSocketName(s.token, peer, s.nonce), Net: "unixgram"}
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	dl, ok := ctx.Deadline()

@@ -13,7 +13,7 @@ import (
 // is a pure function over bytes and has a fuzz target.
 
 // protocolVersion changes whenever the wire format does.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // helloSize is the fixed size of the opening message:
 //
@@ -207,27 +207,27 @@ func decodePacked(b []byte, n int) ([][]byte, error) {
 	return out, nil
 }
 
-// Welcome payload: nranks pids (u32 each).
-func encodeWelcome(pids []int32) []byte {
-	out := make([]byte, 0, 4*len(pids))
+// Welcome payload: nranks pids (u32 each) | fd-socket nonce u64.
+func encodeWelcome(pids []int32, nonce uint64) []byte {
+	out := make([]byte, 0, 4*len(pids)+8)
 	for _, p := range pids {
 		out = binary.BigEndian.AppendUint32(out, uint32(p))
 	}
-	return out
+	return binary.BigEndian.AppendUint64(out, nonce)
 }
 
-func decodeWelcome(b []byte, n int) ([]int32, error) {
-	if len(b) != 4*n {
-		return nil, fmt.Errorf("%w: welcome of %d bytes for %d ranks", errMalformed, len(b), n)
+func decodeWelcome(b []byte, n int) ([]int32, uint64, error) {
+	if len(b) != 4*n+8 {
+		return nil, 0, fmt.Errorf("%w: welcome of %d bytes for %d ranks", errMalformed, len(b), n)
 	}
 	pids := make([]int32, n)
 	for i := range pids {
 		pids[i] = int32(binary.BigEndian.Uint32(b[4*i:]))
 		if pids[i] <= 0 {
-			return nil, fmt.Errorf("%w: welcome: rank %d has pid %d", errMalformed, i, pids[i])
+			return nil, 0, fmt.Errorf("%w: welcome: rank %d has pid %d", errMalformed, i, pids[i])
 		}
 	}
-	return pids, nil
+	return pids, binary.BigEndian.Uint64(b[4*n:]), nil
 }
 
 // Failed payload: rank u32 | message.

@@ -2,6 +2,8 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -155,14 +157,25 @@ func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]s
 // startBootstrap binds this rank's fd socket, meets the other ranks and
 // starts the health path.
 func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBootstrap, error) {
-	fds, err := bindFDSocket(spec.token, spec.rank, set.log)
-	if err != nil {
-		return nil, err
+	// Rank 0 draws the fd sockets' nonce and binds its own at once; the
+	// others learn it from the welcome and bind theirs then.
+	var nonce uint64
+	var fds *fdSocket
+	var err error
+	if spec.rank == 0 {
+		var nb [8]byte
+		if _, err := rand.Read(nb[:]); err != nil {
+			return nil, fmt.Errorf("goccl: rank 0: fd socket nonce: %w", err)
+		}
+		nonce = binary.BigEndian.Uint64(nb[:])
+		if fds, err = bindFDSocket(spec.token, 0, nonce, set.log); err != nil {
+			return nil, err
+		}
 	}
 	b := &tcpBootstrap{
 		rank: spec.rank, nranks: spec.nranks, log: set.log, opTimeout: set.timeout,
 		hbInterval: set.hbInterval, hbTimeout: heartbeatMisses * set.hbInterval,
-		fds: fds, failed: make(chan struct{}), done: make(chan struct{}),
+		failed: make(chan struct{}), done: make(chan struct{}),
 		closedAfter: make([]int64, spec.nranks), closedSig: make(chan struct{}, 1),
 	}
 	for r := range b.closedAfter {
@@ -176,7 +189,7 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 		b.stallLimit = min(b.stallLimit, set.timeout)
 	}
 	pid := int32(os.Getpid())
-	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, log: set.log}
+	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, uid: uint32(os.Getuid()), nonce: nonce, log: set.log}
 	switch {
 	case spec.nranks == 1:
 		b.pids = []int32{pid}
@@ -215,13 +228,21 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 			resolve = func() (UniqueID, error) { return readPublishedID(spec.filePath) }
 		}
 		var p *peer
-		p, b.pids, jc.magic, err = leafRendezvous(ctx, resolve, jc)
+		p, b.pids, jc.magic, nonce, err = leafRendezvous(ctx, resolve, jc)
+		if err == nil {
+			if fds, err = bindFDSocket(spec.token, spec.rank, nonce, set.log); err != nil {
+				_ = p.conn.Close() // rank 0 sees this rank leave and fails the job
+			}
+		}
 		b.peers = []*peer{p}
 	}
 	if err != nil {
-		fds.close()
+		if fds != nil {
+			fds.close()
+		}
 		return nil, err
 	}
+	b.fds = fds
 	b.magic = jc.magic
 	fds.start(b.magic, b.pids)
 	b.startHealth()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -55,6 +56,8 @@ func childMain(mode string) int {
 		return foreignMain()
 	case "rlimit":
 		return rlimitMain()
+	case "hello":
+		return helloMain()
 	}
 	fmt.Println("unknown child mode", mode)
 	return 99
@@ -398,5 +401,36 @@ func rlimitMain() int {
 		fmt.Println("RESULT ok")
 	}
 	fmt.Println(leakLine(before, "none", 0))
+	return 0
+}
+
+// helloMain opens one connection per hello in FAULTS_HELLOS (hex, comma
+// separated) to FAULTS_ADDR, sends it and prints "REPLY <text>" with what
+// came back before the connection closed, as a process outside the job
+// that knows its magic would; FAULTS_UID: a uid to become first.
+func helloMain() int {
+	if u := envInt("FAULTS_UID", -1); u >= 0 {
+		if err := syscall.Setuid(u); err != nil {
+			fmt.Println("setuid:", err)
+			return 1
+		}
+	}
+	for _, h := range strings.Split(os.Getenv("FAULTS_HELLOS"), ",") {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			fmt.Println("FAULTS_HELLOS:", err)
+			return 1
+		}
+		conn, err := net.Dial("tcp", os.Getenv("FAULTS_ADDR"))
+		if err != nil {
+			fmt.Println("dial:", err)
+			return 1
+		}
+		_, _ = conn.Write(b)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		reply, _ := io.ReadAll(conn)
+		_ = conn.Close()
+		fmt.Printf("REPLY %q\n", reply)
+	}
 	return 0
 }

@@ -27,12 +27,19 @@
 //	4  Abort while waiting (200 rounds)      TestAbortWhileWaiting           1.2 ms from Abort to return
 //	5  strangers on the bootstrap port       TestHostileBootstrapTraffic     dropped in 0.8 s (the hello timeout);
 //	                                                                         the job forms and computes
+//	   another user's hellos with the job's  TestStrangerWithMagicCannot-    refused and told why in 16 ms; the job
+//	   magic (duplicate rank, version, size)   EndInit (as root)             forms (the init used to fail)
+//	   the old fd-socket names squatted      TestFDSocketSquatter            the job forms (names carry rank 0's nonce)
+//	   a rank with another job's magic       TestWrongMagicRankHearsWhy      its init timeout says "refused this
+//	                                                                         connection: wrong magic"
 //	6  nranks, duplicate rank, version       TestInitMismatch                23 ms, every rank
 //	   world size under torchrun, torch-     TestWorldSizeMismatch           15 ms, both ranks: "rank 1 says nranks=3,
 //	   elastic, goccl run, mpirun variables                                  rank 0 has 2"
 //	   arguments under GOCCL_CHECK           TestCheckMismatch               immediate, every rank
 //	7  two jobs side by side                 TestTwoJobsAtOnce               no interference
 //	8  forged fd-socket messages             TestForeignFDSender             dropped; the job unharmed
+//	   6,000 of them, two senders (one of    TestFDSocketFlood               4 log lines in all, every drop counted
+//	   another user when run as root)                                        (was a line per message)
 //	9  create/destroy cycles                 TestCreateDestroyCycles         nothing leaked
 //	10 low fd limit, unmappable segment      TestLowFDLimit, ...Segment      a clean error, nothing leaked
 //	11 a rank closes with calls outstanding  TestPeerClosesEarly(+Launcher)  6 ms from its Close, every survivor:
@@ -46,6 +53,7 @@
 // Before these scenarios were fixed, 11 waited out the collective timeout
 // (5 minutes by default), 12 gave wrong results silently and then hung,
 // the world-size mismatch under torchrun's variables waited out the 60 s
-// init timeout, and a resumed stopped rank, like the launcher, blamed a
-// healthy peer.
+// init timeout, a resumed stopped rank, like the launcher, blamed a
+// healthy peer, another user's process knowing the magic could end the
+// init, and a flood of forged fd messages wrote a log line each.
 package faults

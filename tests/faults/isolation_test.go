@@ -73,8 +73,7 @@ func TestForeignFDSender(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	defer closeAll(t, comms)
-	sock := fmt.Sprintf("@goccl-%s-%d", id.Token(), 0)
-	require.Contains(t, abstractSockets(id.Token()), sock, "rank 0's fd socket, named as comm names it")
+	sock := fdSocketOf(t, id.Token(), 0)
 	cases := []struct {
 		name    string
 		payload string
@@ -105,6 +104,15 @@ func TestForeignFDSender(t *testing.T) {
 	for _, c := range comms {
 		require.NoError(t, c.Err())
 	}
+}
+
+// fdSocketOf finds rank's fd socket of the job with token: its name is
+// "@goccl-<token>-<rank>-<nonce>", the nonce drawn by rank 0 (fdsock.go).
+func fdSocketOf(t *testing.T, token string, rank int) string {
+	t.Helper()
+	socks := abstractSockets(fmt.Sprintf("goccl-%s-%d-", token, rank))
+	require.Len(t, socks, 1, "rank %d's fd socket", rank)
+	return socks[0]
 }
 
 // dropCounter is a log handler that counts the fd socket's drop warnings
@@ -156,7 +164,7 @@ func TestFDSocketFlood(t *testing.T) {
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
-	sock := fmt.Sprintf("@goccl-%s-%d", id.Token(), 0)
+	sock := fdSocketOf(t, id.Token(), 0)
 	senders := [][]string{{"FAULTS_PAYLOAD=" + hex.EncodeToString([]byte(fdPayload(id.Magic()^1, 1, 0)))}}
 	if os.Getuid() == 0 {
 		senders = append(senders, []string{"FAULTS_PAYLOAD=" + hex.EncodeToString([]byte(fdPayload(id.Magic(), 1, 0))), "FAULTS_UID=65534"})

@@ -87,9 +87,9 @@ func TestInitMismatch(t *testing.T) {
 		version, rank uint32
 		want          string
 	}{
-		{"duplicate-rank-on-the-wire", 1, 1, "rank 1 joined twice (duplicate rank)"},
-		{"version", 99, 2, "rank 2 speaks bootstrap protocol version 99, rank 0 speaks 1"},
-		{"rank-out-of-range", 1, 7, "rank 7 out of range: nranks=3"},
+		{"duplicate-rank-on-the-wire", protocolVersion, 1, "rank 1 joined twice (duplicate rank)"},
+		{"version", 99, 2, fmt.Sprintf("rank 2 speaks bootstrap protocol version 99, rank 0 speaks %d", protocolVersion)},
+		{"rank-out-of-range", protocolVersion, 7, "rank 7 out of range: nranks=3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, err := comm.NewUniqueID()
