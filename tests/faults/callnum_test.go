@@ -75,7 +75,6 @@ func TestCallNumbers(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
-			t0 := time.Now()
 			go func() {
 				res, err := launcher.Run(context.Background(), launcher.Config{
 					NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"}, TagOutput: true,
@@ -86,7 +85,7 @@ func TestCallNumbers(t *testing.T) {
 				_ = pw.Close()
 				done <- result{res, err}
 			}()
-			t0 = time.Unix(0, fieldInt(t, tg.expect(t, odd, "ODD", 30*time.Second), "t"))
+			t0 := time.Unix(0, fieldInt(t, tg.expect(t, odd, "ODD", 30*time.Second), "t"))
 			var last time.Time
 			for r := 0; r < np; r++ {
 				if r == odd && tc.want.odd == nil {
