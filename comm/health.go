@@ -97,11 +97,11 @@ func (b *tcpBootstrap) heartbeat() {
 		case <-t.C:
 		}
 		b.tick()
-		if now := b.now(); now-sent < int64(b.hbInterval-period/2) {
+		now := b.now()
+		if now-sent < int64(b.hbInterval-period/2) {
 			continue
-		} else {
-			sent = now
 		}
+		sent = now
 		for _, p := range b.peers {
 			if p == nil || p.bye.Load() {
 				continue
