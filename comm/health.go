@@ -84,6 +84,9 @@ func (b *tcpBootstrap) selfStalled(d time.Duration, seen error) {
 // that this rank measures its own stalls finer than the beat.
 const watchPeriod = 100 * time.Millisecond
 
+// minStallLimit is the shortest gap taken for a stall of this rank.
+const minStallLimit = 5 * watchPeriod
+
 func (b *tcpBootstrap) heartbeat() {
 	defer b.wg.Done()
 	period := min(b.hbInterval, watchPeriod)

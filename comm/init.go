@@ -184,10 +184,13 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 	// A rank that did not run for longer than its peers wait for it (their
 	// heartbeat timeout, or a collective timeout set shorter) knows, when
 	// it resumes, that it is the one at fault.
+	// Not below a few of the heartbeat goroutine's periods, which it
+	// measures with.
 	b.stallLimit = b.hbTimeout
 	if set.timeoutSet {
 		b.stallLimit = min(b.stallLimit, set.timeout)
 	}
+	b.stallLimit = max(b.stallLimit, minStallLimit)
 	pid := int32(os.Getpid())
 	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, uid: uint32(os.Getuid()), nonce: nonce, log: set.log}
 	switch {
