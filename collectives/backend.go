@@ -16,6 +16,15 @@ type Backend interface {
 	Close() error
 }
 
+// PeerCloser is implemented by backends that can be told that a peer
+// closed its communicator cleanly: a wait for that peer that has not been
+// met by then never will be, and ends at once with an error wrapping
+// ErrPeerClosed and naming the peer, instead of at the timeout. Safe from
+// any goroutine, any number of times, also after Close.
+type PeerCloser interface {
+	PeerClosed(rank int)
+}
+
 // GroupRunner is implemented by backends that run groups of calls
 // (point-to-point operations, fused collectives). g has been validated;
 // the backend may reorder nothing that NCCL's semantics fix: collectives

@@ -30,6 +30,9 @@ var (
 	// ErrCallMismatch is wrapped by the error of ranks that met in calls of
 	// different numbers or kinds (a rank skipped or added a call).
 	ErrCallMismatch = errors.New("goccl: ranks are in different calls")
+	// ErrPeerClosed is wrapped by the error of a rank that waits for a
+	// peer that has closed its communicator: the peer made fewer calls.
+	ErrPeerClosed = errors.New("goccl: peer closed its communicator")
 )
 
 type invalidArg struct{ msg string }

@@ -41,6 +41,23 @@ type tcpBootstrap struct {
 	failed    chan struct{} // closed on the first failure
 	onFailure func(error)
 
+	// Clean goodbyes: closedAfter[r] is the number of calls rank r made
+	// before it closed, or notClosed. calls is this rank's, told in its
+	// own goodbye.
+	closedMu    sync.Mutex
+	closedAfter []int64
+	onClosed    func(rank int)
+	closedSig   chan struct{} // signalled on every goodbye (one waiter: runFailed)
+	calls       atomic.Uint64
+
+	// This rank's own stalls (health.go): lastTick is when the heartbeat
+	// goroutine last ran, stallAt/stallFor the last gap longer than
+	// stallLimit, all in nanoseconds since epoch (monotonic).
+	stallLimit        time.Duration // the shortest wait of a peer for this rank
+	epoch             time.Time
+	lastTick, stallAt atomic.Int64
+	stallFor          atomic.Int64
+
 	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: stops the heartbeat
@@ -144,7 +161,14 @@ func (b *tcpBootstrap) AllGather(ctx context.Context, data []byte) ([][]byte, er
 	}
 	if err != nil {
 		if b.usable() == nil {
-			b.fail(err)
+			// Rank 0 tells the leaves which rank broke the op: they wait
+			// for its answer, which will not come.
+			var pe *collectives.PeerError
+			if b.rank == 0 && errors.As(err, &pe) && pe.Rank != 0 {
+				b.peerFailed(pe.Rank, pe.Cause)
+			} else {
+				b.fail(err)
+			}
 		}
 		return nil, err
 	}
@@ -207,7 +231,7 @@ func (b *tcpBootstrap) receive(ctx context.Context, p *peer) ([]byte, error) {
 		default:
 		}
 		if p.bye.Load() {
-			return nil, &collectives.PeerError{Rank: p.rank, Cause: errors.New("closed its communicator")}
+			return nil, &collectives.PeerError{Rank: p.rank, Cause: b.closedCause(p.rank)}
 		}
 		return nil, b.waitFailure(p.rank)
 	case <-ctx.Done():
@@ -216,6 +240,17 @@ func (b *tcpBootstrap) receive(ctx context.Context, p *peer) ([]byte, error) {
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// closedCause says that rank r closed cleanly while this rank still
+// needs it; rank 0 relays it as text, which remoteCause turns back into
+// an ErrPeerClosed.
+func (b *tcpBootstrap) closedCause(r int) error {
+	if n, ok := b.closedCalls(r); ok {
+		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d)",
+			collectives.ErrPeerClosed, n, b.rank, b.calls.Load())
+	}
+	return fmt.Errorf("%w, with calls still outstanding on other ranks", collectives.ErrPeerClosed)
 }
 
 // waitFailure returns the failure the reader of a gone peer recorded.
@@ -281,7 +316,7 @@ func (b *tcpBootstrap) Close() error {
 				continue
 			}
 			if b.failure() == nil {
-				_ = p.write(kindBye, 0, nil, 100*time.Millisecond)
+				_ = p.write(kindBye, 0, encodeClosed(b.rank, callsOnWire(int64(min(b.calls.Load(), 1<<62)))), 100*time.Millisecond)
 			}
 			_ = p.conn.Close()
 		}

@@ -119,12 +119,12 @@ func TestBootstrapFDPassingInProcess(t *testing.T) {
 // A datagram from this process that claims to come from another rank
 // (whose pid differs), or lacks the magic, is dropped and its fd closed.
 func TestFDSocketRejectsForgedSender(t *testing.T) {
-	s, err := bindFDSocket("forgetest"+fmt.Sprint(os.Getpid()), 0, discardLogger())
+	s, err := bindFDSocket("forgetest"+fmt.Sprint(os.Getpid()), 0, 7, discardLogger())
 	require.NoError(t, err)
 	s.start(42, []int32{int32(os.Getpid()), 1}) // rank 1 "lives" in pid 1
 	defer s.close()
 
-	peer, err := bindFDSocket("forgetest"+fmt.Sprint(os.Getpid()), 1, discardLogger())
+	peer, err := bindFDSocket("forgetest"+fmt.Sprint(os.Getpid()), 1, 7, discardLogger())
 	require.NoError(t, err)
 	defer peer.close()
 	peer.magic, peer.pids = 42, s.pids

@@ -107,15 +107,23 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	if err := c.Err(); err != nil {
 		return err
 	}
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	// Every call takes a number, also one that launches nothing (count 0,
+	// arguments this rank rejects, a context that ended before it): a rank
+	// whose call went nowhere then meets its peers in a call of another
+	// number, which the backend detects on every rank, where it would
+	// otherwise pair its next call with their current one. Ranks that all
+	// reject a call (GOCCL_CHECK, or the same bad arguments) stay in step.
+	c.seq++
+	c.boot.calls.Store(c.seq)
 	// A context that ended before the call launches nothing and leaves the
-	// communicator as it was.
+	// communicator usable.
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.callMu.Lock()
-	defer c.callMu.Unlock()
 	a := &c.args
-	*a = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Root: root, Stream: stream}
+	*a = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Root: root, Stream: stream, Seq: c.seq}
 	err := a.Validate(c.rank, c.size)
 	if c.check {
 		err = c.checkCall(ctx, a, err)
@@ -126,11 +134,6 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 		}
 		return err
 	}
-	// Valid calls take numbers, count-0 ones too: a rank that skips a call
-	// then meets its peers in a call of another number, which the backend
-	// detects.
-	c.seq++
-	a.Seq = c.seq
 	if c.log.Enabled(ctx, LevelTrace) {
 		c.trace(ctx, a)
 	}
@@ -163,19 +166,36 @@ const causeWait = 2 * time.Second
 // communicator and is told to the other ranks, whose backends were stopped
 // by it and wait for its cause.
 func (c *Comm) runFailed(ctx context.Context, err error) error {
-	fatal := errors.Is(err, collectives.ErrAborted) || errors.Is(err, collectives.ErrTimeout)
-	// This rank's own wait for a peer timed out: first-hand evidence, told
-	// to the others naming that peer.
+	// This rank's own wait for a peer timed out, or found it closed:
+	// first-hand evidence, told to the others naming that peer.
 	var pe *collectives.PeerError
-	ownTimeout := errors.As(err, &pe) && pe.Rank != c.rank && errors.Is(err, collectives.ErrTimeout) && !errors.Is(err, collectives.ErrAborted)
-	if fatal && !ownTimeout && c.abortErr.Load() == nil && ctx.Err() == nil && !c.closed.Load() {
+	peerErr := errors.As(err, &pe) && pe.Rank != c.rank && !errors.Is(err, collectives.ErrAborted)
+	ownTimeout := peerErr && errors.Is(err, collectives.ErrTimeout)
+	peerClosed := peerErr && errors.Is(err, collectives.ErrPeerClosed)
+	firstHand := ownTimeout || peerClosed
+	fatal := errors.Is(err, collectives.ErrAborted) || errors.Is(err, collectives.ErrTimeout) || peerClosed
+	if fatal && !firstHand && c.abortErr.Load() == nil && ctx.Err() == nil && !c.closed.Load() {
+		// The rank the backend names may be one that closed cleanly (a
+		// peer that found it so stopped the backends): that is the cause.
+		var named *collectives.PeerError
+		errors.As(err, &named)
 		t := time.NewTimer(causeWait)
-		select {
-		case <-c.boot.failed:
-			if f := c.boot.failure(); f != nil {
-				c.setAborted(f)
+	wait:
+		for {
+			if named != nil && named.Rank != c.rank && c.boot.hasClosed(named.Rank) {
+				pe, peerClosed, firstHand = named, true, true
+				break
 			}
-		case <-t.C:
+			select {
+			case <-c.boot.failed:
+				if f := c.boot.failure(); f != nil {
+					c.setAborted(f)
+				}
+				break wait
+			case <-c.boot.closedSig:
+			case <-t.C:
+				break wait
+			}
 		}
 		t.Stop()
 	}
@@ -186,20 +206,69 @@ func (c *Comm) runFailed(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", *ab, err)
 	}
 	if fatal {
-		if ownTimeout {
+		d, stalled := c.boot.stalled()
+		switch {
+		case ownTimeout && stalled:
+			// This rank itself did not run: its wait outlived the timeout
+			// because it slept through it, not because of the peer.
+			c.boot.selfStalled(d, err)
+		case ownTimeout:
 			c.boot.blame(pe.Rank, timeoutCause(pe.Cause))
+		case peerClosed:
+			c.boot.blame(pe.Rank, c.closedCause(pe.Rank))
+		}
+		if firstHand {
+			// A failure recorded concurrently (a peer's notice of the same
+			// fault) may still be telling the others: wait for it.
+			t := time.NewTimer(causeWait)
+			select {
+			case <-c.boot.failed:
+			case <-t.C:
+			}
+			t.Stop()
 		}
 		// The bootstrap's failure (blame's, or one recorded meanwhile)
 		// names the rank at fault; otherwise this failure is the cause.
 		if f := c.boot.failure(); f != nil {
 			c.setAborted(f)
 		}
-		if c.setAborted(err) && !ownTimeout {
+		if c.setAborted(err) && !firstHand {
 			c.boot.abort(err, err.Error())
 		}
 		return *c.abortErr.Load()
 	}
 	return err
+}
+
+// closedCause says that peer r closed cleanly while this rank still has
+// a call that needs it, with both call numbers where known. ErrPeerClosed's
+// text comes first so that it survives the failure notice.
+func (c *Comm) closedCause(r int) error {
+	cur := c.boot.calls.Load()
+	// The backend may see the close (through shared memory) before the
+	// goodbye that says after how many calls reaches this rank.
+	n, ok := c.boot.closedCalls(r)
+	for i := 0; !ok && i < 100; i++ {
+		time.Sleep(time.Millisecond)
+		n, ok = c.boot.closedCalls(r)
+	}
+	switch {
+	case ok && n >= cur:
+		// It made this call too, but returned without waiting for us.
+		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d, "+
+			"which rank %d left at once: a count of 0 or arguments rejected on that rank only?)", collectives.ErrPeerClosed, n, c.rank, cur, r)
+	case ok:
+		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d)", collectives.ErrPeerClosed, n, c.rank, cur)
+	}
+	return fmt.Errorf("%w, with calls still outstanding on other ranks (rank %d is in call #%d)", collectives.ErrPeerClosed, c.rank, cur)
+}
+
+// onPeerClosed is the bootstrap's goodbye handler: the backend ends the
+// waits that rank r left unmet (see collectives.PeerCloser).
+func (c *Comm) onPeerClosed(r int) {
+	if pc, ok := c.backend.(collectives.PeerCloser); ok {
+		pc.PeerClosed(r)
+	}
 }
 
 // timeoutCause puts ErrTimeout's text first so that it survives the

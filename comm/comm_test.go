@@ -43,10 +43,12 @@ func TestCommValidationReachesNothing(t *testing.T) {
 			assert.Equal(t, 0, fb.runCount(), "nothing reached the backend")
 		})
 	}
-	// A valid call goes through with the arguments as given.
+	// A valid call goes through with the arguments as given; the rejected
+	// calls took their numbers (a rank whose call went nowhere must not
+	// pair its next call with its peers' current one).
 	require.NoError(t, c.Reduce(ctx, 16, 0, 3, Int32, Max, 0, 77))
 	require.Equal(t, 1, fb.runCount())
-	assert.Equal(t, collectives.Args{Coll: collectives.Reduce, Send: 16, Count: 3, Type: Int32, Op: Max, Root: 0, Stream: 77, Seq: 1}, fb.runs[0])
+	assert.Equal(t, collectives.Args{Coll: collectives.Reduce, Send: 16, Count: 3, Type: Int32, Op: Max, Root: 0, Stream: 77, Seq: uint64(len(cases) + 1)}, fb.runs[0])
 
 	_, err := c.Register(ctx, 16, 64)
 	require.ErrorIs(t, err, ErrNotSupported)

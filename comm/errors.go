@@ -24,6 +24,7 @@ var (
 	ErrTimeout         = collectives.ErrTimeout
 	ErrInvalidPeer     = collectives.ErrInvalidPeer
 	ErrCallMismatch    = collectives.ErrCallMismatch
+	ErrPeerClosed      = collectives.ErrPeerClosed
 )
 
 // PeerError says which rank failed and why.

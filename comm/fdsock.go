@@ -18,7 +18,10 @@ import (
 )
 
 // fdSocket is a rank's Unix datagram socket for passing descriptors. Its
-// abstract name carries the job token, so jobs never meet. Datagrams keep
+// abstract name carries the job token, so jobs never meet, and a nonce
+// rank 0 draws and sends in the welcome, so that no process outside the
+// job (which may know the token: it can be derived from the address)
+// can take a rank's name before the rank binds it. Datagrams keep
 // each message and its descriptors together. The kernel attaches the
 // sender's credentials to every datagram (SO_PASSCRED); a message is
 // accepted only from our uid and from the pid that the rendezvous
@@ -27,6 +30,7 @@ import (
 type fdSocket struct {
 	conn  *net.UnixConn
 	token string
+	nonce uint64
 	rank  int
 	log   *slog.Logger
 
@@ -35,6 +39,8 @@ type fdSocket struct {
 	pids  []int32
 	uid   uint32
 	queue []chan fdItem // per sender
+
+	drops dropLog // reader only, then close
 
 	smu     sync.Mutex // serializes sends (one write deadline per socket)
 	wg      sync.WaitGroup
@@ -49,17 +55,18 @@ const maxFDsPerMsg = 64
 // fdQueue bounds messages waiting per sender.
 const fdQueue = 64
 
-func fdSocketName(token string, rank int) string {
-	return fmt.Sprintf("@goccl-%s-%d", token, rank)
+func fdSocketName(token string, rank int, nonce uint64) string {
+	return fmt.Sprintf("@goccl-%s-%d-%016x", token, rank, nonce)
 }
 
-// bindFDSocket binds rank's socket. It is done before the rendezvous so
-// that every socket exists once any rank learns that the job formed.
-func bindFDSocket(token string, rank int, log *slog.Logger) (*fdSocket, error) {
-	name := fdSocketName(token, rank)
+// bindFDSocket binds rank's socket, once the rendezvous gave the nonce:
+// before this rank contributes to any bootstrap op, so every socket exists
+// by the time any rank sends descriptors (after a first op completes).
+func bindFDSocket(token string, rank int, nonce uint64, log *slog.Logger) (*fdSocket, error) {
+	name := fdSocketName(token, rank, nonce)
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("%w: rank %d is already taken by another process of this job (its fd socket %q exists): duplicate rank", ErrMismatch, rank, name[1:])
+		return nil, fmt.Errorf("goccl: rank %d: its fd socket %q is taken by another process: %w", rank, name[1:], err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: binding fd socket %q: %w", rank, name[1:], err)
@@ -77,7 +84,7 @@ func bindFDSocket(token string, rank int, log *slog.Logger) (*fdSocket, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("goccl: rank %d: SO_PASSCRED on fd socket: %w", rank, err)
 	}
-	return &fdSocket{conn: conn, token: token, rank: rank, log: log, closed: make(chan struct{})}, nil
+	return &fdSocket{conn: conn, token: token, nonce: nonce, rank: rank, log: log, closed: make(chan struct{})}, nil
 }
 
 // start begins receiving once the job's pids are known.
@@ -158,7 +165,7 @@ func (s *fdSocket) readLoop() {
 				item = fdItem{err: fmt.Errorf("goccl: rank %d: descriptors sent by rank %d were lost: the kernel truncated the message (this process is probably out of file descriptors: RLIMIT_NOFILE): %w", s.rank, lost, unix.EMFILE)}
 				sender = lost
 			} else {
-				s.log.Warn("goccl: dropped a message on the fd socket", "rank", s.rank, "why", err)
+				s.drops.note(s.log, s.rank, cred, err)
 				continue
 			}
 		}
@@ -179,6 +186,10 @@ func (s *fdSocket) accept(payload []byte, flags int, fds []int, cred *unix.Ucred
 	if cred == nil {
 		return 0, errors.New("no sender credentials")
 	}
+	// Another user's message is not even parsed.
+	if cred.Uid != s.uid {
+		return 0, fmt.Errorf("from pid %d: uid %d, this job runs as %d", cred.Pid, cred.Uid, s.uid)
+	}
 	m, err := decodeFDMsg(payload)
 	if err != nil {
 		return 0, fmt.Errorf("from pid %d: %w", cred.Pid, err)
@@ -188,8 +199,6 @@ func (s *fdSocket) accept(payload []byte, flags int, fds []int, cred *unix.Ucred
 		return 0, fmt.Errorf("from pid %d: wrong magic", cred.Pid)
 	case int64(m.Sender) >= int64(len(s.pids)):
 		return 0, fmt.Errorf("from pid %d: claims rank %d of %d", cred.Pid, m.Sender, len(s.pids))
-	case cred.Uid != s.uid:
-		return 0, fmt.Errorf("from pid %d: uid %d, this job runs as %d", cred.Pid, cred.Uid, s.uid)
 	case cred.Pid != s.pids[m.Sender]:
 		return 0, fmt.Errorf("pid %d claims rank %d, whose pid is %d", cred.Pid, m.Sender, s.pids[m.Sender])
 	case int(m.NFDs) != len(fds):
@@ -259,7 +268,7 @@ func (s *fdSocket) send(ctx context.Context, peer int, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	addr := &net.UnixAddr{Name: fdSocketName(s.token, peer), Net: "unixgram"}
+	addr := &net.UnixAddr{Name: fdSocketName(s.token, peer, s.nonce), Net: "unixgram"}
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	dl, ok := ctx.Deadline()
@@ -312,6 +321,7 @@ func (s *fdSocket) close() {
 	close(s.closed)
 	_ = s.conn.Close()
 	s.wg.Wait()
+	s.drops.flush(s.log, s.rank)
 	for _, q := range s.queue {
 		for {
 			select {
@@ -321,6 +331,62 @@ func (s *fdSocket) close() {
 			default:
 			}
 			break
+		}
+	}
+}
+
+// dropLog rate-limits the warnings about dropped fd-socket messages: any
+// local process can send them, and a line per message would let it flood
+// the log. One line per sending pid per dropInterval, carrying how many
+// were dropped since that pid's last line; close says the rest.
+type dropLog struct {
+	bySrc map[int32]*dropCount
+}
+
+type dropCount struct {
+	last time.Time
+	n    int
+	why  error
+}
+
+const (
+	dropInterval = 10 * time.Second
+	dropSources  = 64 // pids tracked apiece; the others share one entry
+)
+
+func (d *dropLog) note(log *slog.Logger, rank int, cred *unix.Ucred, why error) {
+	src := int32(-1)
+	if cred != nil {
+		src = cred.Pid
+	}
+	if d.bySrc == nil {
+		d.bySrc = map[int32]*dropCount{}
+	}
+	c := d.bySrc[src]
+	if c == nil {
+		if len(d.bySrc) >= dropSources {
+			src = -1
+		}
+		if c = d.bySrc[src]; c == nil {
+			c = &dropCount{}
+			d.bySrc[src] = c
+		}
+	}
+	c.n++
+	c.why = why
+	now := time.Now()
+	if c.last.IsZero() || now.Sub(c.last) >= dropInterval {
+		log.Warn("goccl: dropped messages on the fd socket", "rank", rank, "from_pid", src, "count", c.n, "why", why)
+		c.last, c.n = now, 0
+	}
+}
+
+// flush logs the drops not yet logged.
+func (d *dropLog) flush(log *slog.Logger, rank int) {
+	for src, c := range d.bySrc {
+		if c.n > 0 {
+			log.Warn("goccl: dropped messages on the fd socket", "rank", rank, "from_pid", src, "count", c.n, "why", c.why)
+			c.n = 0
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 // is a pure function over bytes and has a fuzz target.
 
 // protocolVersion changes whenever the wire format does.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // helloSize is the fixed size of the opening message:
 //
@@ -70,11 +70,12 @@ const (
 	kindResult    = 4 // root -> peer: AllGather result (packed)
 	kindHeartbeat = 5 // both ways, empty
 	kindFailed    = 6 // rank u32 + message: that rank failed (relay, or self-abort)
-	kindBye       = 7 // a clean Close: not a failure
-	numKinds      = 8
+	kindBye       = 7 // a clean Close, not a failure; payload: closedNote
+	kindClosed    = 8 // root -> peer: relays another peer's goodbye; payload: closedNote
+	numKinds      = 9
 )
 
-var kindNames = [numKinds]string{"?", "welcome", "reject", "contrib", "result", "heartbeat", "failed", "bye"}
+var kindNames = [numKinds]string{"?", "welcome", "reject", "contrib", "result", "heartbeat", "failed", "bye", "closed"}
 
 // frameHeaderSize: length u32 | kind u8 | 3 zero bytes | seq u32.
 const frameHeaderSize = 12
@@ -206,27 +207,27 @@ func decodePacked(b []byte, n int) ([][]byte, error) {
 	return out, nil
 }
 
-// Welcome payload: nranks pids (u32 each).
-func encodeWelcome(pids []int32) []byte {
-	out := make([]byte, 0, 4*len(pids))
+// Welcome payload: nranks pids (u32 each) | fd-socket nonce u64.
+func encodeWelcome(pids []int32, nonce uint64) []byte {
+	out := make([]byte, 0, 4*len(pids)+8)
 	for _, p := range pids {
 		out = binary.BigEndian.AppendUint32(out, uint32(p))
 	}
-	return out
+	return binary.BigEndian.AppendUint64(out, nonce)
 }
 
-func decodeWelcome(b []byte, n int) ([]int32, error) {
-	if len(b) != 4*n {
-		return nil, fmt.Errorf("%w: welcome of %d bytes for %d ranks", errMalformed, len(b), n)
+func decodeWelcome(b []byte, n int) ([]int32, uint64, error) {
+	if len(b) != 4*n+8 {
+		return nil, 0, fmt.Errorf("%w: welcome of %d bytes for %d ranks", errMalformed, len(b), n)
 	}
 	pids := make([]int32, n)
 	for i := range pids {
 		pids[i] = int32(binary.BigEndian.Uint32(b[4*i:]))
 		if pids[i] <= 0 {
-			return nil, fmt.Errorf("%w: welcome: rank %d has pid %d", errMalformed, i, pids[i])
+			return nil, 0, fmt.Errorf("%w: welcome: rank %d has pid %d", errMalformed, i, pids[i])
 		}
 	}
-	return pids, nil
+	return pids, binary.BigEndian.Uint64(b[4*n:]), nil
 }
 
 // Failed payload: rank u32 | message.
@@ -250,6 +251,26 @@ func decodeFailed(b []byte, nranks int) (int, string, error) {
 		return 0, "", fmt.Errorf("%w: failure notice names rank %d of %d", errMalformed, r, nranks)
 	}
 	return int(r), printable(b[4:]), nil
+}
+
+// Closed note: rank u32 | calls u64, the calls that rank made before it
+// closed its communicator cleanly.
+const closedNoteSize = 12
+
+func encodeClosed(rank int, calls uint64) []byte {
+	out := binary.BigEndian.AppendUint32(make([]byte, 0, closedNoteSize), uint32(rank))
+	return binary.BigEndian.AppendUint64(out, calls)
+}
+
+func decodeClosed(b []byte, nranks int) (int, uint64, error) {
+	if len(b) != closedNoteSize {
+		return 0, 0, fmt.Errorf("%w: closed note of %d bytes", errMalformed, len(b))
+	}
+	r := binary.BigEndian.Uint32(b)
+	if uint64(r) >= uint64(nranks) {
+		return 0, 0, fmt.Errorf("%w: closed note names rank %d of %d", errMalformed, r, nranks)
+	}
+	return int(r), binary.BigEndian.Uint64(b[4:]), nil
 }
 
 func decodeReject(b []byte) (string, error) {

@@ -69,17 +69,17 @@ func FuzzDecodePacked(f *testing.F) {
 }
 
 func FuzzDecodeWelcome(f *testing.F) {
-	f.Add(encodeWelcome([]int32{10, 11, 12}), 3)
+	f.Add(encodeWelcome([]int32{10, 11, 12}, 0x0123456789abcdef), 3)
 	f.Add([]byte{0, 0, 0, 0}, 1)
 	f.Fuzz(func(t *testing.T, b []byte, n int) {
 		if n < 0 || n > maxRanks {
 			return
 		}
-		pids, err := decodeWelcome(b, n)
+		pids, nonce, err := decodeWelcome(b, n)
 		if err != nil {
 			return
 		}
-		require.Equal(t, b, encodeWelcome(pids))
+		require.Equal(t, b, encodeWelcome(pids, nonce))
 	})
 }
 

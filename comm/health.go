@@ -31,21 +31,80 @@ func (b *tcpBootstrap) startHealth() {
 		go b.readLoop(p)
 	}
 	if len(b.peers) > 0 {
+		b.epoch = time.Now()
+		b.lastTick.Store(0)
 		b.wg.Add(1)
 		go b.heartbeat()
 	}
 }
 
+// now is the time since epoch, monotonic.
+func (b *tcpBootstrap) now() int64 { return int64(time.Since(b.epoch)) }
+
+// tick records that the heartbeat goroutine ran; a gap longer than
+// stallLimit since the last run means this process itself did not run
+// (stopped, or starved of CPU), long enough for its peers to give up on it.
+func (b *tcpBootstrap) tick() {
+	now := b.now()
+	if gap := now - b.lastTick.Swap(now); gap > int64(b.stallLimit) {
+		b.stallFor.Store(gap)
+		b.stallAt.Store(now)
+	}
+}
+
+// stalled reports whether this rank has just stalled, and for how long: a
+// tick overdue by more than stallLimit, or a stall that ended less than
+// stallLimit ago (whatever fails right after it is its consequence).
+func (b *tcpBootstrap) stalled() (time.Duration, bool) {
+	if b.epoch.IsZero() {
+		return 0, false
+	}
+	now := b.now()
+	if gap := now - b.lastTick.Load(); gap > int64(b.stallLimit) {
+		return time.Duration(gap), true
+	}
+	if at := b.stallAt.Load(); at > 0 && now-at < int64(b.stallLimit) {
+		return time.Duration(b.stallFor.Load()), true
+	}
+	return 0, false
+}
+
+// selfStalled fails the bootstrap naming this rank, which stalled: the
+// peers that timed out on it were right, and the failure this rank sees
+// on resuming (a peer's silence or exit) is their reaction, not a fault
+// of theirs.
+func (b *tcpBootstrap) selfStalled(d time.Duration, seen error) {
+	cause := fmt.Errorf("%w: this rank stalled for %v (stopped, or starved of CPU), longer than its peers wait (%v), so they gave up on it (then: %v)",
+		collectives.ErrTimeout, d.Round(time.Millisecond), b.stallLimit, seen)
+	err := &collectives.PeerError{Rank: b.rank, Cause: fmt.Errorf("%w: %w", collectives.ErrAborted, cause)}
+	b.abort(err, cause.Error())
+}
+
+// watchPeriod is how often the heartbeat goroutine looks at the clock, so
+// that this rank measures its own stalls finer than the beat.
+const watchPeriod = 100 * time.Millisecond
+
+// minStallLimit is the shortest gap taken for a stall of this rank.
+const minStallLimit = 5 * watchPeriod
+
 func (b *tcpBootstrap) heartbeat() {
 	defer b.wg.Done()
-	t := time.NewTicker(b.hbInterval)
+	period := min(b.hbInterval, watchPeriod)
+	t := time.NewTicker(period)
 	defer t.Stop()
+	var sent int64
 	for {
 		select {
 		case <-b.done:
 			return
 		case <-t.C:
 		}
+		b.tick()
+		now := b.now()
+		if now-sent < int64(b.hbInterval-period/2) {
+			continue
+		}
+		sent = now
 		for _, p := range b.peers {
 			if p == nil || p.bye.Load() {
 				continue
@@ -67,15 +126,34 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 			if b.closing.Load() || p.bye.Load() {
 				return
 			}
+			if d, ok := b.stalled(); ok {
+				b.selfStalled(d, b.describe(err))
+				return
+			}
 			b.peerFailed(p.rank, b.describe(err))
 			return
 		}
 		switch {
 		case h.Kind == kindHeartbeat:
 		case h.Kind == kindBye:
+			calls := int64(unknownCalls)
+			if r, n, err := decodeClosed(payload, b.nranks); err == nil && r == p.rank {
+				calls = callsFromWire(n)
+			}
 			p.bye.Store(true)
-			b.log.Debug("goccl: peer closed its communicator", "rank", b.rank, "peer", p.rank)
+			b.log.Debug("goccl: peer closed its communicator", "rank", b.rank, "peer", p.rank, "calls", calls)
+			b.peerClosed(p.rank, calls)
 			return
+		case h.Kind == kindClosed && b.rank != 0:
+			r, n, err := decodeClosed(payload, b.nranks)
+			if err == nil && (r == 0 || r == b.rank) {
+				err = fmt.Errorf("%w: closed note names rank %d", errMalformed, r)
+			}
+			if err != nil {
+				b.peerFailed(p.rank, err)
+				return
+			}
+			b.peerClosed(r, callsFromWire(n))
 		case h.Kind == kindContrib && b.rank == 0, h.Kind == kindResult && b.rank != 0:
 			select {
 			case p.data <- message{seq: h.Seq, payload: payload}:
@@ -96,6 +174,93 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 			b.peerFailed(p.rank, fmt.Errorf("%w: unexpected %s frame", errMalformed, kindNames[h.Kind]))
 			return
 		}
+	}
+}
+
+// Values of closedAfter besides call counts.
+const (
+	notClosed    = -1
+	unknownCalls = -2 // closed, count not said
+)
+
+// peerClosed records rank r's clean goodbye after calls calls; rank 0
+// tells the other leaves, which hear goodbyes from rank 0 only. The
+// handler (the communicator's) then ends the waits on r that r left
+// unmet.
+func (b *tcpBootstrap) peerClosed(r int, calls int64) {
+	b.closedMu.Lock()
+	if b.closedAfter == nil || b.closedAfter[r] != notClosed {
+		b.closedMu.Unlock()
+		return
+	}
+	b.closedAfter[r] = calls
+	f := b.onClosed
+	b.closedMu.Unlock()
+	if b.rank == 0 && !b.closing.Load() {
+		note := encodeClosed(r, callsOnWire(calls))
+		for _, p := range b.peers {
+			if p != nil && p.rank != r && !p.bye.Load() {
+				_ = p.write(kindClosed, 0, note, time.Second)
+			}
+		}
+	}
+	if f != nil {
+		f(r)
+	}
+	select {
+	case b.closedSig <- struct{}{}:
+	default:
+	}
+}
+
+// hasClosed reports whether rank r said goodbye.
+func (b *tcpBootstrap) hasClosed(r int) bool {
+	b.closedMu.Lock()
+	defer b.closedMu.Unlock()
+	return r >= 0 && r < len(b.closedAfter) && b.closedAfter[r] != notClosed
+}
+
+// callsOnWire and callsFromWire carry a call count, or unknownCalls as
+// all ones.
+func callsOnWire(calls int64) uint64 {
+	if calls < 0 {
+		return ^uint64(0)
+	}
+	return uint64(calls)
+}
+
+func callsFromWire(n uint64) int64 {
+	if n > 1<<62 {
+		return unknownCalls
+	}
+	return int64(n)
+}
+
+// closedCalls reports how many calls rank r made before it closed, and
+// whether that is known.
+func (b *tcpBootstrap) closedCalls(r int) (uint64, bool) {
+	b.closedMu.Lock()
+	defer b.closedMu.Unlock()
+	if b.closedAfter == nil || r < 0 || r >= len(b.closedAfter) || b.closedAfter[r] < 0 {
+		return 0, false
+	}
+	return uint64(b.closedAfter[r]), true
+}
+
+// setOnPeerClosed installs the goodbye handler and runs it for the ranks
+// that closed already.
+func (b *tcpBootstrap) setOnPeerClosed(f func(rank int)) {
+	b.closedMu.Lock()
+	b.onClosed = f
+	var gone []int
+	for r, n := range b.closedAfter {
+		if n != notClosed {
+			gone = append(gone, r)
+		}
+	}
+	b.closedMu.Unlock()
+	for _, r := range gone {
+		f(r)
 	}
 }
 
@@ -148,8 +313,10 @@ func (b *tcpBootstrap) blame(r int, cause error) {
 // remoteCause rebuilds a failure notice's cause so that errors.Is still
 // finds ErrTimeout in a peer's timeout: the notice carries text only.
 func remoteCause(msg string) error {
-	if rest, ok := strings.CutPrefix(msg, collectives.ErrTimeout.Error()); ok {
-		return fmt.Errorf("%w%s", collectives.ErrTimeout, rest)
+	for _, e := range []error{collectives.ErrTimeout, collectives.ErrPeerClosed} {
+		if rest, ok := strings.CutPrefix(msg, e.Error()); ok {
+			return fmt.Errorf("%w%s", e, rest)
+		}
 	}
 	return errors.New(msg)
 }

@@ -2,6 +2,8 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -48,7 +50,7 @@ func InitFromEnv(ctx context.Context, opts Options) (*Comm, error) {
 	}
 	spec := joinSpec{nranks: info.Size, rank: info.Rank, localRank: info.LocalRank}
 	if info.Addr.IsValid() {
-		if spec.id, err = idFromEnv(info.Addr, info.Size, info.Token); err != nil {
+		if spec.id, err = idFromEnv(info.Addr, info.Token); err != nil {
 			return nil, fmt.Errorf("goccl: %s: %w", info.AddrVar, err)
 		}
 		spec.token = spec.id.Token()
@@ -155,17 +157,42 @@ func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]s
 // startBootstrap binds this rank's fd socket, meets the other ranks and
 // starts the health path.
 func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBootstrap, error) {
-	fds, err := bindFDSocket(spec.token, spec.rank, set.log)
-	if err != nil {
-		return nil, err
+	// Rank 0 draws the fd sockets' nonce and binds its own at once; the
+	// others learn it from the welcome and bind theirs then.
+	var nonce uint64
+	var fds *fdSocket
+	var err error
+	if spec.rank == 0 {
+		var nb [8]byte
+		if _, err := rand.Read(nb[:]); err != nil {
+			return nil, fmt.Errorf("goccl: rank 0: fd socket nonce: %w", err)
+		}
+		nonce = binary.BigEndian.Uint64(nb[:])
+		if fds, err = bindFDSocket(spec.token, 0, nonce, set.log); err != nil {
+			return nil, err
+		}
 	}
 	b := &tcpBootstrap{
 		rank: spec.rank, nranks: spec.nranks, log: set.log, opTimeout: set.timeout,
 		hbInterval: set.hbInterval, hbTimeout: heartbeatMisses * set.hbInterval,
-		fds: fds, failed: make(chan struct{}), done: make(chan struct{}),
+		failed: make(chan struct{}), done: make(chan struct{}),
+		closedAfter: make([]int64, spec.nranks), closedSig: make(chan struct{}, 1),
 	}
+	for r := range b.closedAfter {
+		b.closedAfter[r] = notClosed
+	}
+	// A rank that did not run for longer than its peers wait for it (their
+	// heartbeat timeout, or a collective timeout set shorter) knows, when
+	// it resumes, that it is the one at fault.
+	// Not below a few of the heartbeat goroutine's periods, which it
+	// measures with.
+	b.stallLimit = b.hbTimeout
+	if set.timeoutSet {
+		b.stallLimit = min(b.stallLimit, set.timeout)
+	}
+	b.stallLimit = max(b.stallLimit, minStallLimit)
 	pid := int32(os.Getpid())
-	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, log: set.log}
+	jc := joinConfig{rank: spec.rank, nranks: spec.nranks, magic: spec.id.Magic(), pid: pid, uid: uint32(os.Getuid()), nonce: nonce, log: set.log}
 	switch {
 	case spec.nranks == 1:
 		b.pids = []int32{pid}
@@ -204,13 +231,21 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 			resolve = func() (UniqueID, error) { return readPublishedID(spec.filePath) }
 		}
 		var p *peer
-		p, b.pids, jc.magic, err = leafRendezvous(ctx, resolve, jc)
+		p, b.pids, jc.magic, nonce, err = leafRendezvous(ctx, resolve, jc)
+		if err == nil {
+			if fds, err = bindFDSocket(spec.token, spec.rank, nonce, set.log); err != nil {
+				_ = p.conn.Close() // rank 0 sees this rank leave and fails the job
+			}
+		}
 		b.peers = []*peer{p}
 	}
 	if err != nil {
-		fds.close()
+		if fds != nil {
+			fds.close()
+		}
 		return nil, err
 	}
+	b.fds = fds
 	b.magic = jc.magic
 	fds.start(b.magic, b.pids)
 	b.startHealth()
@@ -273,6 +308,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		backendName: name, backend: be, boot: boot, log: set.log, check: set.check,
 	}
 	boot.setOnFailure(c.onPeerFailure)
+	boot.setOnPeerClosed(c.onPeerClosed)
 	if err := boot.Barrier(ctx); err != nil {
 		be.Abort(err)
 		_ = be.Close()

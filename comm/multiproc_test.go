@@ -45,7 +45,7 @@ func childMain(mode string) int {
 			fmt.Println(err)
 			return 1
 		}
-		to := &unix.SockaddrUnix{Name: fdSocketName(os.Getenv("GOCCL_TEST_TOKEN"), 0)}
+		to := &unix.SockaddrUnix{Name: os.Getenv("GOCCL_TEST_SOCK")}
 		payload := encodeFDMsg(fdMsg{Magic: magic, Sender: 1, NFDs: 1})
 		if err := unix.Sendmsg(s, payload, unix.UnixRights(fd), to, 0); err != nil {
 			fmt.Println("sendmsg:", err)
@@ -181,7 +181,7 @@ func TestMultiProcessForeignFDSender(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	before := countFDs(t)
-	foreign := spawn(t, childVar+"=foreign", "GOCCL_TEST_TOKEN="+id.Token(), "GOCCL_TEST_MAGIC="+strconv.FormatUint(id.Magic(), 10))
+	foreign := spawn(t, childVar+"=foreign", "GOCCL_TEST_SOCK="+fdSocketName(id.Token(), 0, c.boot.fds.nonce), "GOCCL_TEST_MAGIC="+strconv.FormatUint(id.Magic(), 10))
 	assert.Equal(t, "SENT", foreign.line())
 	assert.Equal(t, 0, foreign.wait(t, 10*time.Second))
 	time.Sleep(200 * time.Millisecond) // let the reader see and drop it

@@ -206,6 +206,7 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 			g.Seq = c.seq
 		}
 	}
+	c.boot.calls.Store(c.seq)
 	if gr, ok := c.backend.(collectives.GroupRunner); ok {
 		if err := gr.RunGroup(ctx, g); err != nil {
 			return c.runFailed(ctx, err)

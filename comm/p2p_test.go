@@ -14,19 +14,6 @@ import (
 	"github.com/goccl/goccl/collectives"
 )
 
-func hostComms(t *testing.T, n int) []*Comm {
-	t.Helper()
-	opts := Options{Backend: BackendHost, Env: map[string]string{}, Logger: discardLogger(), Timeout: 30 * time.Second, HeartbeatInterval: 100 * time.Millisecond}
-	comms, err := InitAll(context.Background(), make([]int, n), opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, c := range comms {
-			_ = c.Close()
-		}
-	})
-	return comms
-}
-
 func ptr32(b []int32) uintptr {
 	if len(b) == 0 {
 		return 0

@@ -34,6 +34,11 @@ const (
 	rejectTimeout  = 2
 	rejectOther    = 3
 	rejectPeer     = 4 // then rank u32 | cause: that rank failed the init
+	// rejectStranger: the connection is not one of this job's ranks (wrong
+	// magic, or another user's process); the job goes on. A rank told so
+	// retries (the address may be a stale rank 0's) and says why at its
+	// init timeout.
+	rejectStranger = 5
 )
 
 // joinConfig is what a rank brings to the rendezvous.
@@ -41,6 +46,8 @@ type joinConfig struct {
 	rank, nranks int
 	magic        uint64
 	pid          int32
+	uid          uint32
+	nonce        uint64 // rank 0's: names the job's fd sockets (fdsock.go)
 	log          *slog.Logger
 }
 
@@ -95,11 +102,24 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 			go func() {
 				defer wg.Done()
 				h, err := readHello(conn, c.magic)
+				if err == nil {
+					// Whoever knows the magic (derived from the address when
+					// no job token is set) is not a rank if another user
+					// runs it: it must not be able to end the job.
+					if uid, ok := tcpPeerUID(conn); ok && uid != c.uid {
+						err = fmt.Errorf("a process of uid %d, this job runs as uid %d", uid, c.uid)
+					}
+				}
 				pmu.Lock()
 				delete(pending, conn)
 				pmu.Unlock()
 				if err != nil {
 					c.log.Info("goccl: dropped a stranger on the bootstrap port", "remote", conn.RemoteAddr().String(), "why", err)
+					if !errors.Is(err, errNoHello) {
+						// It may be a rank of another job (or given another
+						// token): it hears why at once.
+						_ = writeOnce(conn, kindReject, append([]byte{rejectStranger}, "rank 0 at "+conn.LocalAddr().String()+" refused this connection: "+err.Error()...))
+					}
 					_ = conn.Close()
 					return
 				}
@@ -194,7 +214,7 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 	for r := 1; r < c.nranks; r++ {
 		_ = peers[r].conn.SetReadDeadline(time.Time{})
 	}
-	welcome := encodeWelcome(pids)
+	welcome := encodeWelcome(pids, c.nonce)
 	for r := 1; r < c.nranks; r++ {
 		if err := writeOnce(peers[r].conn, kindWelcome, welcome); err != nil {
 			return fail(rejectOther, nil, &collectives.PeerError{Rank: r, Cause: fmt.Errorf("disconnected during init: %w", err)})
@@ -230,7 +250,7 @@ func readHello(conn net.Conn, magic uint64) (hello, error) {
 	var buf [helloSize]byte
 	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	if _, err := io.ReadFull(conn, buf[:]); err != nil {
-		return hello{}, fmt.Errorf("no hello: %w", err)
+		return hello{}, fmt.Errorf("%w: %w", errNoHello, err)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	h, err := decodeHello(buf[:])
@@ -242,6 +262,9 @@ func readHello(conn net.Conn, magic uint64) (hello, error) {
 	}
 	return h, nil
 }
+
+// errNoHello: the connection sent no whole hello in time.
+var errNoHello = errors.New("no hello")
 
 // checkArrival validates a hello that carries the job's magic.
 func checkArrival(h hello, c joinConfig, peers []*peer) error {
@@ -269,8 +292,9 @@ func writeOnce(conn net.Conn, kind uint8, payload []byte) error {
 
 // leafRendezvous dials rank 0 (resolve gives its current id: fixed for
 // InitRank, re-read from a file for mpirun jobs) with backoff until ctx
-// ends, and waits for the welcome.
-func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joinConfig) (*peer, []int32, uint64, error) {
+// ends, and waits for the welcome. It returns rank 0's connection, every
+// rank's pid, the job's magic and rank 0's fd-socket nonce.
+func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joinConfig) (*peer, []int32, uint64, uint64, error) {
 	backoff := 10 * time.Millisecond
 	var last error
 	where := "rank 0"
@@ -279,7 +303,7 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 			d := backoff/2 + rand.N(backoff/2+1)
 			select {
 			case <-ctx.Done():
-				return nil, nil, 0, fmt.Errorf("%w: rank %d: %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, c.rank, where, attempt, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, c.rank, where, attempt, last)
 			case <-time.After(d):
 			}
 			backoff = min(2*backoff, 500*time.Millisecond)
@@ -288,7 +312,7 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
-				return nil, nil, 0, fmt.Errorf("%w: rank %d: rank 0's address not found within the init timeout: %v", collectives.ErrTimeout, c.rank, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: rank 0's address not found within the init timeout: %v", collectives.ErrTimeout, c.rank, last)
 			}
 			continue
 		}
@@ -299,22 +323,22 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
 			// Out of a local resource: retrying until the timeout would
 			// only hide the cause.
-			return nil, nil, 0, fmt.Errorf("goccl: rank %d: connecting to rank 0 at %s: %w", c.rank, id.Addr(), err)
+			return nil, nil, 0, 0, fmt.Errorf("goccl: rank %d: connecting to rank 0 at %s: %w", c.rank, id.Addr(), err)
 		}
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
-				return nil, nil, 0, fmt.Errorf("%w: rank %d: rank 0 at %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, c.rank, id.Addr(), attempt+1, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: rank 0 at %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, c.rank, id.Addr(), attempt+1, last)
 			}
 			continue
 		}
-		p, pids, retry, err := leafHandshake(ctx, conn, c)
+		p, pids, nonce, retry, err := leafHandshake(ctx, conn, c)
 		if err == nil {
-			return p, pids, c.magic, nil
+			return p, pids, c.magic, nonce, nil
 		}
 		_ = conn.Close()
 		if !retry {
-			return nil, nil, 0, err
+			return nil, nil, 0, 0, err
 		}
 		last = err
 		c.log.Debug("goccl: rendezvous attempt failed", "rank", c.rank, "addr", id.Addr().String(), "err", err)
@@ -323,11 +347,11 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 
 // leafHandshake sends the hello and waits for the ack, then the welcome.
 // No ack means the address is not (or no longer) this job's rank 0: retry.
-func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, pids []int32, retry bool, err error) {
+func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, pids []int32, nonce uint64, retry bool, err error) {
 	hb := encodeHello(c.hello())
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 	if _, err := conn.Write(hb[:]); err != nil {
-		return nil, nil, true, err
+		return nil, nil, 0, true, err
 	}
 	// Once rank 0 has acknowledged us, it knows more than we do about a
 	// job that does not form (which ranks are missing): when our init
@@ -355,28 +379,35 @@ func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, p
 		h, payload, err := readFrame(conn, hdr)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, false, fmt.Errorf("%w: rank %d: the job did not form within the init timeout: %v", collectives.ErrTimeout, c.rank, ctx.Err())
+				return nil, nil, 0, false, fmt.Errorf("%w: rank %d: the job did not form within the init timeout: %v", collectives.ErrTimeout, c.rank, ctx.Err())
 			}
 			if acked {
-				return nil, nil, false, &collectives.PeerError{Rank: 0, Cause: fmt.Errorf("lost during init: %w", err)}
+				return nil, nil, 0, false, &collectives.PeerError{Rank: 0, Cause: fmt.Errorf("lost during init: %w", err)}
 			}
-			return nil, nil, true, fmt.Errorf("no answer from rank 0: %w", err)
+			return nil, nil, 0, true, fmt.Errorf("no answer from rank 0: %w", err)
 		}
 		switch h.Kind {
 		case kindHeartbeat:
 			acked = true
 			ackedFlag.Store(true)
 		case kindWelcome:
-			pids, err := decodeWelcome(payload, c.nranks)
+			pids, nonce, err := decodeWelcome(payload, c.nranks)
 			if err != nil {
-				return nil, nil, false, &collectives.PeerError{Rank: 0, Cause: err}
+				return nil, nil, 0, false, &collectives.PeerError{Rank: 0, Cause: err}
 			}
 			_ = conn.SetDeadline(time.Time{})
-			return newPeer(0, conn), pids, false, nil
+			return newPeer(0, conn), pids, nonce, false, nil
 		case kindReject:
-			return nil, nil, false, rejection(payload)
+			if len(payload) > 0 && payload[0] == rejectStranger && !acked {
+				msg, derr := decodeReject(payload[1:])
+				if derr != nil {
+					return nil, nil, 0, true, derr
+				}
+				return nil, nil, 0, true, errors.New(msg)
+			}
+			return nil, nil, 0, false, rejection(payload)
 		default:
-			return nil, nil, !acked, fmt.Errorf("%w: %s frame during rendezvous", errMalformed, kindNames[h.Kind])
+			return nil, nil, 0, !acked, fmt.Errorf("%w: %s frame during rendezvous", errMalformed, kindNames[h.Kind])
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -107,14 +106,16 @@ func makeID(addr netip.AddrPort, magic uint64, token [16]byte) (UniqueID, error)
 // idFromEnv derives a job's id from a launcher's address (GOCCL_COMM_ID or
 // MASTER_ADDR:MASTER_PORT). Every rank must derive the same magic without
 // talking: from the launcher's job token when it sets one, else from the
-// address and world size (which differ between live jobs on one node,
-// since two jobs cannot listen on one port).
-func idFromEnv(addr netip.AddrPort, size int, jobToken string) (UniqueID, error) {
+// address (which differs between live jobs on one node, since two jobs
+// cannot listen on one port). Not from the world size: ranks told
+// different sizes must reach rank 0, which then says so at once, rather
+// than be dropped as strangers until the init timeout.
+func idFromEnv(addr netip.AddrPort, jobToken string) (UniqueID, error) {
 	var seed []byte
 	if jobToken != "" {
 		seed = []byte("goccl-token:" + jobToken)
 	} else {
-		seed = []byte("goccl-addr:" + addr.String() + "/" + strconv.Itoa(size))
+		seed = []byte("goccl-addr:" + addr.String())
 	}
 	sum := sha256.Sum256(seed)
 	var tok [16]byte

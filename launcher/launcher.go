@@ -285,10 +285,12 @@ func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 		case ev := <-events:
 			j.live--
 			ev.st.Stopped = j.res.Ranks[ev.rank].Stopped
+			ev.st.Frozen = j.res.Ranks[ev.rank].Frozen
 			j.res.Ranks[ev.rank] = ev.st
 			j.order = append(j.order, ev.rank)
 			if ev.st.Failed() && j.firstFail < 0 && !j.stopping {
 				j.firstFail = ev.rank
+				j.findFrozen()
 				// After a forwarded signal the others are already ending on
 				// it (within the grace period armed then): a SIGTERM now
 				// would race the signal they were sent.
@@ -310,6 +312,7 @@ func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
 			j.armGrace()
 		case <-timeoutC:
 			j.res.TimedOut = true
+			j.findFrozen()
 			for _, p := range j.procs {
 				if !j.res.Ranks[p.rank].Exited {
 					j.hung = append(j.hung, p.rank)
@@ -347,6 +350,25 @@ func (j *jobRun) pickFailed() {
 			return
 		}
 	}
+	// A rank found stopped when the first failure came is what its peers
+	// failed on (their errors name it), not the survivor reaped first.
+	for _, st := range j.res.Ranks {
+		if st.Frozen {
+			j.res.FirstFailed = st.Rank
+			return
+		}
+	}
+}
+
+// findFrozen marks the live ranks that are stopped by a signal now.
+func (j *jobRun) findFrozen() {
+	for _, p := range j.procs {
+		st := &j.res.Ranks[p.rank]
+		if !st.Exited && processStopped(p.cmd.Process.Pid) {
+			st.Frozen = true
+			j.cfg.Logger.Info("goccl run: rank is stopped (not running)", "rank", p.rank, "pid", p.cmd.Process.Pid)
+		}
+	}
 }
 
 // stop sends SIGTERM to every live rank and SIGKILL after the grace period.
@@ -381,6 +403,15 @@ func (j *jobRun) result() error {
 		return &RankError{Status: st}
 	case r.TimedOut:
 		r.ExitCode = ExitTimeout
+		var frozen []int
+		for _, h := range j.hung {
+			if r.Ranks[h].Frozen {
+				frozen = append(frozen, h)
+			}
+		}
+		if len(frozen) > 0 {
+			return fmt.Errorf("%w after %v; ranks still running: %s (stopped, not running: %s)", ErrTimeout, j.cfg.Timeout, rankList(j.hung), rankList(frozen))
+		}
 		return fmt.Errorf("%w after %v; ranks still running: %s", ErrTimeout, j.cfg.Timeout, rankList(j.hung))
 	case j.canceled != nil:
 		r.ExitCode = ExitInternal

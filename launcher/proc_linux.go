@@ -1,7 +1,10 @@
 package launcher
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"strconv"
 	"syscall"
 )
 
@@ -22,4 +25,19 @@ func signalGroup(pid int, sig syscall.Signal) error {
 		return nil
 	}
 	return err
+}
+
+// processStopped reports whether pid is stopped by a signal (SIGSTOP,
+// SIGTSTP...) or a tracer: the state field of /proc/pid/stat, after the
+// command name in parentheses, is T or t.
+func processStopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'T' || b[i+2] == 't'
 }

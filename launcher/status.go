@@ -41,6 +41,10 @@ type RankStatus struct {
 	// Stopped is true when the launcher sent it SIGTERM/SIGKILL to tear
 	// the job down (not forwarded signals).
 	Stopped bool
+	// Frozen is true when the rank was stopped by a signal (SIGSTOP,
+	// SIGTSTP) or a tracer, not running, when the job failed: its peers
+	// gave up on it, and the launcher's SIGTERM could not act on it.
+	Frozen bool
 	// Duration is the time from start to exit.
 	Duration time.Duration
 }
@@ -60,6 +64,10 @@ func (s RankStatus) Code() int {
 // by signal 9 (killed)".
 func (s RankStatus) Describe() string {
 	switch {
+	case s.Frozen && s.Exited:
+		return fmt.Sprintf("was stopped (not running) when the job failed: its peers gave up on it; killed by signal %d (%v) after the grace", int(s.Signal), s.Signal)
+	case s.Frozen:
+		return "was stopped (not running) when the job failed: its peers gave up on it"
 	case !s.Exited:
 		return "did not exit"
 	case s.Signal != 0:

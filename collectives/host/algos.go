@@ -13,10 +13,15 @@ import (
 // parity, arrives, waits for all, and reads its peers' halves. The first
 // round also publishes and checks the call's descriptor.
 
-const descBytes = 24
+// A call's descriptor: collective, type, op, root, count, and the call's
+// number (Args.Seq, counted alike on every rank).
+const descBytes = 32
 
 // sync is the barrier of a round; on the first one of a call it also
-// checks that every rank makes the same call.
+// checks that every rank is in the same call, and makes it the same way.
+// Two ranks that meet in calls of different numbers (one skipped a call,
+// or returned at once from a count-0 call its peers did not make with 0)
+// both fail here, with ErrCallMismatch naming both calls.
 func (b *backend) sync(ctx context.Context, a *collectives.Args, first *bool) error {
 	if !*first {
 		return b.barrier(ctx)
@@ -29,10 +34,16 @@ func (b *backend) sync(ctx context.Context, a *collectives.Args, first *bool) er
 	}
 	mine := b.desc[p][b.rank]
 	for q := 0; q < b.n; q++ {
-		if theirs := b.desc[p][q]; string(theirs) != string(mine) {
-			return fmt.Errorf("%w: host: mismatched collective calls: rank %d called %s, rank %d called %s",
-				collectives.ErrInvalidArgument, q, describeDesc(theirs), b.rank, describeDesc(mine))
+		theirs := b.desc[p][q]
+		if string(theirs) == string(mine) {
+			continue
 		}
+		if descSeq(theirs) != descSeq(mine) {
+			return fmt.Errorf("%w: host: rank %d is in call #%d (%s), rank %d in #%d (%s)",
+				collectives.ErrCallMismatch, q, descSeq(theirs), describeDesc(theirs), b.rank, descSeq(mine), describeDesc(mine))
+		}
+		return fmt.Errorf("%w: host: mismatched collective calls: rank %d called %s, rank %d called %s",
+			collectives.ErrInvalidArgument, q, describeDesc(theirs), b.rank, describeDesc(mine))
 	}
 	return nil
 }
@@ -50,7 +61,10 @@ func encodeDesc(d []byte, a *collectives.Args) {
 	binary.LittleEndian.PutUint32(d[8:], uint32(op))
 	binary.LittleEndian.PutUint32(d[12:], uint32(root))
 	binary.LittleEndian.PutUint64(d[16:], uint64(a.Count))
+	binary.LittleEndian.PutUint64(d[24:], a.Seq)
 }
+
+func descSeq(d []byte) uint64 { return binary.LittleEndian.Uint64(d[24:]) }
 
 func describeDesc(d []byte) string {
 	le := binary.LittleEndian

@@ -36,6 +36,7 @@ const (
 	offWaiters = 64  // how many peers sleep on offSeq
 	offAbort   = 128 // rank 0's is the job's: 1 + the rank that aborted
 	offDesc    = 192 // two call descriptors, by step parity, 64 bytes apart
+	offClosed  = 320 // nonzero once this rank has closed its communicator
 	ctrlBytes  = 4096
 
 	spinLoads  = 512
@@ -109,13 +110,26 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 	start := time.Now()
 	deadline := start.Add(b.cfg.Timeout)
 	nap := minNap
+	closed := word(b.seg.Peer(q), offClosed)
 	for {
-		if err := b.interrupted(ctx); err != nil {
-			return err
-		}
+		// Arrival first: a wait already met is not failed by an abort or
+		// a close that came after it (a peer that closes right after the
+		// last call it shares with us).
 		v := atomic.LoadUint32(w)
 		if reached(v, s) {
 			return nil
+		}
+		if err := b.interrupted(ctx); err != nil {
+			return err
+		}
+		if atomic.LoadUint32(closed) != 0 {
+			// The close is told after the peer's last arrival, so one more
+			// look settles it: q will never arrive.
+			if reached(atomic.LoadUint32(w), s) {
+				return nil
+			}
+			return &collectives.PeerError{Rank: q, Cause: fmt.Errorf(
+				"%w with calls still outstanding: host: rank %d waits for it at step %d", collectives.ErrPeerClosed, b.rank, s)}
 		}
 		now := time.Now()
 		left := deadline.Sub(now)
@@ -204,6 +218,23 @@ func (b *backend) fail(err error) error {
 		b.amu.Unlock()
 	}
 	return *b.failure.Load()
+}
+
+// PeerClosed implements collectives.PeerCloser: it marks rank q's segment
+// closed, for every rank that maps it, and wakes the waits on q, which
+// fail unless q had already arrived. Any rank that learns of the close may
+// call it; the mark is idempotent.
+func (b *backend) PeerClosed(q int) {
+	if q < 0 || q >= b.n || q == b.rank {
+		return
+	}
+	b.amu.Lock()
+	defer b.amu.Unlock()
+	if b.unmapped {
+		return
+	}
+	atomic.StoreUint32(word(b.seg.Peer(q), offClosed), 1)
+	futexWake(b.seq[q])
 }
 
 // futexWait sleeps while *w == v, at most d. Spurious returns are fine:

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -31,14 +32,20 @@ import (
 //	FAULTS_COLL      allreduce | allgather | reducescatter
 //	FAULTS_COUNT     elements per call (per rank for allgather/reducescatter)
 //	FAULTS_ITERS     calls to make; 0: until one fails
+//	FAULTS_ITERS_<r> the same for rank r only (a rank that makes fewer calls)
+//	FAULTS_ODD_<r>   "it:how": at iteration it rank r's call goes wrong, how
+//	                 is skip (no call), zero (count 0) or invalid (a nil
+//	                 send buffer); the rank ignores that call's error and
+//	                 result and carries on, as a careless program would
 //	FAULTS_VALUE     base of the values, distinct per job
+//	FAULTS_NOCHECK   1: do not check results (a program that would not notice)
 //	FAULTS_HB        heartbeat interval (Options.HeartbeatInterval)
 //	FAULTS_INJECT    a fault this rank injects into itself (see injector)
 //	FAULTS_TERM      "catch": keep running on SIGTERM (to observe survivors
 //	                 under the launcher)
 //
 // and prints, one per line: "READY pid= rank=", then "OK" after FAULTS_ITERS
-// calls, or "FAILED t= peer= aborted= timeout= err=" when a call fails,
+// calls, "CLOSING t=" as it calls Close and "CLOSED" once Close returned, or "FAILED t= peer= aborted= timeout= err=" when a call fails,
 // or "INITFAIL t= peer= ... err=" when init fails, followed by "LEAK ..."
 // with the resources held beyond what the process held before init.
 func childMain(mode string) int {
@@ -49,6 +56,8 @@ func childMain(mode string) int {
 		return foreignMain()
 	case "rlimit":
 		return rlimitMain()
+	case "hello":
+		return helloMain()
 	}
 	fmt.Println("unknown child mode", mode)
 	return 99
@@ -71,8 +80,9 @@ func report(kind string, err error) string {
 	if errors.As(err, &p) {
 		pe = p.Rank
 	}
-	return fmt.Sprintf("%s t=%d peer=%d aborted=%t timeout=%t mismatch=%t err=%s", kind, time.Now().UnixNano(), pe,
+	return fmt.Sprintf("%s t=%d peer=%d aborted=%t timeout=%t mismatch=%t callmismatch=%t peerclosed=%t err=%s", kind, time.Now().UnixNano(), pe,
 		errors.Is(err, collectives.ErrAborted), errors.Is(err, collectives.ErrTimeout), errors.Is(err, comm.ErrMismatch),
+		errors.Is(err, comm.ErrCallMismatch), errors.Is(err, comm.ErrPeerClosed),
 		strings.ReplaceAll(err.Error(), "\n", " "))
 }
 
@@ -154,7 +164,13 @@ func rankMain() int {
 	rank = c.Rank()
 	fmt.Printf("READY pid=%d rank=%d\n", os.Getpid(), rank)
 	code := loop(ctx, c)
+	if code == 0 {
+		fmt.Printf("CLOSING t=%d\n", time.Now().UnixNano())
+	}
 	_ = c.Close()
+	if code == 0 {
+		fmt.Println("CLOSED")
+	}
 	if code == 1 {
 		fmt.Println(leakLine(before, token, rank))
 	}
@@ -166,9 +182,9 @@ func rankMain() int {
 func loop(ctx context.Context, c *comm.Comm) int {
 	coll := os.Getenv("FAULTS_COLL")
 	count := envInt("FAULTS_COUNT", 1024)
-	iters := envInt("FAULTS_ITERS", 0)
-	base := int32(envInt("FAULTS_VALUE", 0))
 	n, r := c.Size(), c.Rank()
+	iters := envInt("FAULTS_ITERS_"+strconv.Itoa(r), envInt("FAULTS_ITERS", 0))
+	base := int32(envInt("FAULTS_VALUE", 0))
 	// Rank q contributes val(q, it, i) at element i of its send buffer.
 	val := func(q, it, i int) int32 { return base + int32(q*7+it%5+i%13) }
 	var send, recv []int32
@@ -185,32 +201,58 @@ func loop(ctx context.Context, c *comm.Comm) int {
 	}
 	g := comm.NewGroup()
 	ptr := func(b []int32) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+	noCheck := os.Getenv("FAULTS_NOCHECK") == "1"
+	oddIt, oddHow := -1, ""
+	if v := os.Getenv("FAULTS_ODD_" + strconv.Itoa(r)); v != "" {
+		a, b, _ := strings.Cut(v, ":")
+		oddIt, _ = strconv.Atoi(a)
+		oddHow = b
+	}
 	for it := 0; iters == 0 || it < iters; it++ {
 		for i := range send {
 			send[i] = val(r, it, i)
 		}
+		cnt, sp := count, ptr(send)
+		if it == oddIt {
+			switch oddHow {
+			case "skip":
+				fmt.Printf("ODD t=%d it=%d how=skip\n", time.Now().UnixNano(), it)
+				continue
+			case "zero":
+				cnt = 0
+			case "invalid":
+				sp = 0
+			}
+		}
 		var err error
 		switch coll {
 		case "allgather":
-			err = c.AllGather(ctx, ptr(send), ptr(recv), count, comm.Int32, 0)
+			err = c.AllGather(ctx, sp, ptr(recv), cnt, comm.Int32, 0)
 		case "reducescatter":
-			err = c.ReduceScatter(ctx, ptr(send), ptr(recv), count, comm.Int32, comm.Sum, 0)
+			err = c.ReduceScatter(ctx, sp, ptr(recv), cnt, comm.Int32, comm.Sum, 0)
 		case "sendrecv":
 			// A ring exchange in one group, Recv recorded first.
-			_ = g.Recv(c, ptr(recv), count, comm.Int32, (r+n-1)%n, 0)
-			_ = g.Send(c, ptr(send), count, comm.Int32, (r+1)%n, 0)
+			_ = g.Recv(c, ptr(recv), cnt, comm.Int32, (r+n-1)%n, 0)
+			_ = g.Send(c, sp, cnt, comm.Int32, (r+1)%n, 0)
 			err = g.Run(ctx)
 		case "alltoall":
-			err = c.AllToAll(ctx, ptr(send), ptr(recv), count, comm.Int32, 0)
+			err = c.AllToAll(ctx, sp, ptr(recv), cnt, comm.Int32, 0)
 		default:
-			err = c.AllReduce(ctx, ptr(send), ptr(recv), count, comm.Int32, comm.Sum, 0)
+			err = c.AllReduce(ctx, sp, ptr(recv), cnt, comm.Int32, comm.Sum, 0)
 		}
 		runtime.KeepAlive(send)
+		if it == oddIt {
+			fmt.Printf("ODD t=%d it=%d how=%s err=%v\n", time.Now().UnixNano(), it, oddHow, err)
+			continue
+		}
 		if err != nil {
 			fmt.Println(report("FAILED", err))
 			return 1
 		}
 		for i, got := range recv {
+			if noCheck {
+				break
+			}
 			var want int32
 			switch coll {
 			case "allgather":
@@ -283,8 +325,16 @@ func (k *killingBootstrap) SendFDs(ctx context.Context, peer int, fds []int) err
 
 // foreignMain sends one datagram with descriptors to a rank's fd socket,
 // as a process outside the job would. FAULTS_SOCK names the socket,
-// FAULTS_PAYLOAD the payload (hex), FAULTS_NFDS how many memfds to attach.
+// FAULTS_PAYLOAD the payload (hex), FAULTS_NFDS how many memfds to attach,
+// FAULTS_REPEAT how many times to send it (1), FAULTS_UID a uid to become
+// first (as root: another user's process).
 func foreignMain() int {
+	if u := envInt("FAULTS_UID", -1); u >= 0 {
+		if err := syscall.Setuid(u); err != nil {
+			fmt.Println("setuid:", err)
+			return 1
+		}
+	}
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
 	if err != nil {
 		fmt.Println("socket:", err)
@@ -308,9 +358,11 @@ func foreignMain() int {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if err := unix.Sendmsg(s, payload, oob, &unix.SockaddrUnix{Name: os.Getenv("FAULTS_SOCK")}, 0); err != nil {
-		fmt.Println("sendmsg:", err)
-		return 1
+	for i := 0; i < envInt("FAULTS_REPEAT", 1); i++ {
+		if err := unix.Sendmsg(s, payload, oob, &unix.SockaddrUnix{Name: os.Getenv("FAULTS_SOCK")}, 0); err != nil {
+			fmt.Println("sendmsg:", err)
+			return 1
+		}
 	}
 	fmt.Println("SENT")
 	return 0
@@ -364,5 +416,36 @@ func rlimitMain() int {
 		fmt.Println("RESULT ok")
 	}
 	fmt.Println(leakLine(before, "none", 0))
+	return 0
+}
+
+// helloMain opens one connection per hello in FAULTS_HELLOS (hex, comma
+// separated) to FAULTS_ADDR, sends it and prints "REPLY <text>" with what
+// came back before the connection closed, as a process outside the job
+// that knows its magic would; FAULTS_UID: a uid to become first.
+func helloMain() int {
+	if u := envInt("FAULTS_UID", -1); u >= 0 {
+		if err := syscall.Setuid(u); err != nil {
+			fmt.Println("setuid:", err)
+			return 1
+		}
+	}
+	for _, h := range strings.Split(os.Getenv("FAULTS_HELLOS"), ",") {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			fmt.Println("FAULTS_HELLOS:", err)
+			return 1
+		}
+		conn, err := net.Dial("tcp", os.Getenv("FAULTS_ADDR"))
+		if err != nil {
+			fmt.Println("dial:", err)
+			return 1
+		}
+		_, _ = conn.Write(b)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		reply, _ := io.ReadAll(conn)
+		_ = conn.Close()
+		fmt.Printf("REPLY %q\n", reply)
+	}
 	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -72,8 +73,7 @@ func TestForeignFDSender(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	defer closeAll(t, comms)
-	sock := fmt.Sprintf("@goccl-%s-%d", id.Token(), 0)
-	require.Contains(t, abstractSockets(id.Token()), sock, "rank 0's fd socket, named as comm names it")
+	sock := fdSocketOf(t, id.Token(), 0)
 	cases := []struct {
 		name    string
 		payload string
@@ -103,5 +103,88 @@ func TestForeignFDSender(t *testing.T) {
 	checkAllReduce(t, comms, 1024, 11)
 	for _, c := range comms {
 		require.NoError(t, c.Err())
+	}
+}
+
+// fdSocketOf finds rank's fd socket of the job with token: its name is
+// "@goccl-<token>-<rank>-<nonce>", the nonce drawn by rank 0 (fdsock.go).
+func fdSocketOf(t *testing.T, token string, rank int) string {
+	t.Helper()
+	socks := abstractSockets(fmt.Sprintf("goccl-%s-%d-", token, rank))
+	require.Len(t, socks, 1, "rank %d's fd socket", rank)
+	return socks[0]
+}
+
+// dropCounter is a log handler that counts the fd socket's drop warnings
+// and adds up the drops they report.
+type dropCounter struct {
+	mu           sync.Mutex
+	lines, drops int
+	whys         []string
+}
+
+func (d *dropCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (d *dropCounter) WithAttrs([]slog.Attr) slog.Handler       { return d }
+func (d *dropCounter) WithGroup(string) slog.Handler            { return d }
+func (d *dropCounter) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "fd socket") {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lines++
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "count":
+			d.drops += int(a.Value.Int64())
+		case "why":
+			d.whys = append(d.whys, a.Value.String())
+		}
+		return true
+	})
+	return nil
+}
+
+// Scenario 8, flood: processes outside the job send a rank's fd socket
+// thousands of datagrams (wrong magic; and, when the tests run as root,
+// another user's). Every one is dropped and counted, the log gets a line
+// or two per sender rather than one per message, and the job works on.
+func TestFDSocketFlood(t *testing.T) {
+	const n = 3000
+	dc := &dropCounter{}
+	id, err := comm.NewUniqueID()
+	require.NoError(t, err)
+	comms, errs := initRanks(context.Background(), id, 2, func(r int) comm.Options {
+		o := hostOpts()
+		if r == 0 {
+			o.Logger = slog.New(dc)
+		}
+		return o
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	sock := fdSocketOf(t, id.Token(), 0)
+	senders := [][]string{{"FAULTS_PAYLOAD=" + hex.EncodeToString([]byte(fdPayload(id.Magic()^1, 1, 0)))}}
+	if os.Getuid() == 0 {
+		senders = append(senders, []string{"FAULTS_PAYLOAD=" + hex.EncodeToString([]byte(fdPayload(id.Magic(), 1, 0))), "FAULTS_UID=65534"})
+	}
+	t0 := time.Now()
+	for _, env := range senders {
+		p := spawn(t, append([]string{childVar + "=foreign", "FAULTS_SOCK=" + sock, "FAULTS_NFDS=0", fmt.Sprintf("FAULTS_REPEAT=%d", n)}, env...)...)
+		p.expect(t, "SENT", 30*time.Second)
+		assert.Equal(t, 0, p.exitCode(t, 10*time.Second))
+	}
+	sent := time.Since(t0)
+	checkAllReduce(t, comms, 1024, 13)
+	time.Sleep(100 * time.Millisecond) // the reader drains what is queued
+	closeAll(t, comms)
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	t.Logf("%d datagrams from %d senders in %v: %d log lines, %d drops counted; reasons: %v", n*len(senders), len(senders), sent, dc.lines, dc.drops, dc.whys)
+	assert.Equal(t, n*len(senders), dc.drops, "every datagram dropped and counted")
+	assert.LessOrEqual(t, dc.lines, 4*len(senders), "a line or two per sender, not one per message")
+	if len(senders) > 1 {
+		assert.Contains(t, strings.Join(dc.whys, "|"), "uid 65534", "another user's messages are dropped for their uid")
 	}
 }

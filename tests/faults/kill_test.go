@@ -123,7 +123,8 @@ func TestKillDuringCollective(t *testing.T) {
 // Scenario 2: SIGSTOP one rank. Survivors fail with a timeout naming it,
 // through the heartbeat (short interval) or through the collective's own
 // timeout (GOCCL_TIMEOUT, heartbeat made long); nothing hangs, and the
-// stopped rank, once continued, fails too instead of hanging.
+// stopped rank, once continued, fails too instead of hanging, naming
+// itself (it measures its own heartbeat gap) rather than a healthy peer.
 func TestStopDuringCollective(t *testing.T) {
 	const nranks = 3
 	cases := []struct {
@@ -131,15 +132,16 @@ func TestStopDuringCollective(t *testing.T) {
 		env    []string
 		victim int
 		bound  time.Duration
+		stall  bool // the resumed rank measures its stall (longer than its peers wait)
 	}{
 		// 5 missed beats of 200 ms.
-		{"heartbeat/leaf", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 1, 5 * time.Second},
-		{"heartbeat/root", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 0, 5 * time.Second},
+		{"heartbeat/leaf", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 1, 5 * time.Second, true},
+		{"heartbeat/root", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 0, 5 * time.Second, true},
 		// The host backend's wait bound, heartbeat far longer.
-		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 8 * time.Second},
+		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 8 * time.Second, true},
 		// A ring exchange: the stopped rank's neighbours wait on it in a
 		// Send and a Recv, each bounded by the same timeout.
-		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 8 * time.Second},
+		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 8 * time.Second, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,9 +159,16 @@ func TestStopDuringCollective(t *testing.T) {
 				assert.Equal(t, 1, j.ranks[f.rank].exitCode(t, 10*time.Second))
 			}
 			t.Logf("worst time to error: %v", worst(fs))
+			time.Sleep(time.Second) // the survivors have gone meanwhile
+			tc0 := time.Now()
 			require.NoError(t, v.cmd.Process.Signal(syscall.SIGCONT))
 			l := v.expect(t, "FAILED", 10*time.Second)
-			t.Logf("the stopped rank, continued: %s", l)
+			t.Logf("the stopped rank, continued, failed after %v: %s", time.Unix(0, fieldInt(t, l, "t")).Sub(tc0), l)
+			// It names itself, not a healthy peer.
+			assert.Equal(t, strconv.Itoa(tc.victim), field(l, "peer"), "the resumed rank must blame itself: %s", l)
+			if tc.stall {
+				assert.Contains(t, rest(l, "err"), "this rank stalled for", l)
+			}
 			assert.Equal(t, 1, v.exitCode(t, 10*time.Second))
 		})
 	}

@@ -2,9 +2,13 @@ package faults
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,9 +87,9 @@ func TestInitMismatch(t *testing.T) {
 		version, rank uint32
 		want          string
 	}{
-		{"duplicate-rank-on-the-wire", 1, 1, "rank 1 joined twice (duplicate rank)"},
-		{"version", 99, 2, "rank 2 speaks bootstrap protocol version 99, rank 0 speaks 1"},
-		{"rank-out-of-range", 1, 7, "rank 7 out of range: nranks=3"},
+		{"duplicate-rank-on-the-wire", protocolVersion, 1, "rank 1 joined twice (duplicate rank)"},
+		{"version", 99, 2, fmt.Sprintf("rank 2 speaks bootstrap protocol version 99, rank 0 speaks %d", protocolVersion)},
+		{"rank-out-of-range", protocolVersion, 7, "rank 7 out of range: nranks=3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, err := comm.NewUniqueID()
@@ -184,4 +188,69 @@ func TestCheckMismatch(t *testing.T) {
 			checkAllReduce(t, comms, count, 3) // the communicator is still good
 		})
 	}
+}
+
+// Scenario 6, world size under each launcher's variables: rank 0 told 2
+// ranks, rank 1 told 3. Both inits fail at once, not at the init timeout,
+// with an ErrMismatch that says so in plain words.
+func TestWorldSizeMismatch(t *testing.T) {
+	port := func() string {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
+	hexID := func() string { return hex.EncodeToString(randomBytes(16)) }
+	cases := []struct {
+		name string
+		env  func(rank, size int) []string
+	}{
+		{"torchrun-master-addr", func() func(int, int) []string {
+			p := port()
+			return func(rank, size int) []string {
+				return []string{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + p, fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("WORLD_SIZE=%d", size)}
+			}
+		}()},
+		{"torchelastic-file", func() func(int, int) []string {
+			p, run := port(), hexID()
+			return func(rank, size int) []string {
+				return []string{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + p, "TORCHELASTIC_RUN_ID=" + run,
+					fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("WORLD_SIZE=%d", size),
+					fmt.Sprintf("LOCAL_RANK=%d", rank), fmt.Sprintf("LOCAL_WORLD_SIZE=%d", size)}
+			}
+		}()},
+		{"goccl-comm-id", func() func(int, int) []string {
+			p, tok := port(), hexID()
+			return func(rank, size int) []string {
+				return []string{"GOCCL_COMM_ID=127.0.0.1:" + p, "GOCCL_JOB_TOKEN=" + tok, fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("WORLD_SIZE=%d", size)}
+			}
+		}()},
+		{"openmpi-file", func() func(int, int) []string {
+			job := hexID()
+			return func(rank, size int) []string {
+				return []string{"GOCCL_JOB_ID=" + job, fmt.Sprintf("OMPI_COMM_WORLD_RANK=%d", rank), fmt.Sprintf("OMPI_COMM_WORLD_SIZE=%d", size)}
+			}
+		}()},
+	}
+	var worstAll time.Duration
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Now()
+			var ps []*proc
+			for r, size := range []int{2, 3} {
+				ps = append(ps, spawn(t, append([]string{childVar + "=rank", "FAULTS_COLL=allreduce", "FAULTS_ITERS=1", "GOCCL_TIMEOUT=60s"}, tc.env(r, size)...)...))
+			}
+			var took time.Duration
+			for r, p := range ps {
+				l := p.expect(t, "INITFAIL", 15*time.Second) // the init timeout is 60 s
+				took = max(took, time.Unix(0, fieldInt(t, l, "t")).Sub(t0))
+				assert.Equal(t, "true", field(l, "mismatch"), "rank %d: %s", r, l)
+				assert.Contains(t, rest(l, "err"), "rank 1 says nranks=3, rank 0 has 2", "rank %d", r)
+				assert.Equal(t, 2, p.exitCode(t, 10*time.Second))
+			}
+			worstAll = max(worstAll, took)
+			t.Logf("both ranks failed within %v of their start", took)
+		})
+	}
+	t.Logf("world-size mismatch: worst time to error %v (from the ranks' start)", worstAll)
 }
