@@ -1,0 +1,582 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// Shrink makes a communicator of the ranks not in exclude, numbered in
+// parent order, as ncclCommShrink. It works after the parent aborted (a
+// rank died), so that a job can go on without it. Every surviving rank
+// calls it with the same exclude list (in any order); the excluded ranks
+// do not call it. Call it before closing the parent. The child has its
+// own bootstrap and backend, with the parent's settings (opts' non-zero
+// fields override them, as for Split); the parent is left as it was.
+//
+// Shrink does not use the parent's bootstrap, which may be gone with its
+// rank 0: every rank opened a rescue listener at init and learned every
+// other rank's (rescue.go). The survivors meet at the lowest surviving
+// rank's, which then hands them a fresh unique id for the child, and the
+// child forms as init does. A survivor that names a different exclude
+// list, a survivor that is in fact dead (its listener refuses), or a bad
+// list (an unknown rank, a repeat, this rank itself) gives an error naming
+// it rather than a hang; a survivor that never calls Shrink is waited for
+// until the parent's init timeout (or ctx). Ranks in errors are the
+// parent's.
+func (c *Comm) Shrink(ctx context.Context, exclude []int, opts Options) (*Comm, error) {
+	wrap := func(err error) error { return fmt.Errorf("goccl: rank %d: Shrink: %w", c.rank, err) }
+	if c.closed.Load() || c.rescue == nil {
+		return nil, wrap(collectives.ErrClosed)
+	}
+	set, err := c.childSettings(opts)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	ex, err := checkExclude(exclude, c.rank, c.size)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var survivors []int
+	for r := 0; r < c.size; r++ {
+		if _, found := slices.BinarySearch(ex, r); !found {
+			survivors = append(survivors, r)
+		}
+	}
+	me := slices.Index(survivors, c.rank)
+	rp := c.rescue
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	spec := joinSpec{nranks: len(survivors), rank: me, localRank: rp.localRanks(survivors)[me]}
+	if len(survivors) == 1 {
+		spec.id, err = NewUniqueIDAt(netip.AddrPortFrom(rp.ip, 1)) // never dialled
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, set.timeout)
+		s := &shrinker{c: c, rp: rp, ex: ex, survivors: survivors, leader: survivors[0], events: make(chan shrinkEvent), stop: make(chan struct{})}
+		spec.id, spec.ln, err = s.run(sctx)
+		cancel()
+	}
+	if err != nil {
+		return nil, wrap(err)
+	}
+	spec.token = spec.id.Token()
+	if spec.ln != nil {
+		defer spec.ln.Close() // taken over by the child's bootstrap; closing twice is harmless
+	}
+	child, err := initResolved(ctx, spec, set)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return child, nil
+}
+
+// checkExclude validates an exclude list and returns it sorted.
+func checkExclude(exclude []int, self, size int) ([]int, error) {
+	first := map[int]int{}
+	for i, r := range exclude {
+		switch {
+		case r < 0 || r >= size:
+			return nil, fmt.Errorf("%w: exclude[%d]=%d is not a rank of this communicator (ranks 0..%d)", collectives.ErrInvalidPeer, i, r, size-1)
+		case r == self:
+			return nil, fmt.Errorf("%w: exclude[%d]=%d is this rank: a rank leaving the communicator does not call Shrink", collectives.ErrInvalidPeer, i, r)
+		}
+		if j, dup := first[r]; dup {
+			return nil, fmt.Errorf("%w: exclude[%d]=%d repeats exclude[%d]", collectives.ErrInvalidArgument, i, r, j)
+		}
+		first[r] = i
+	}
+	ex := slices.Clone(exclude)
+	slices.Sort(ex)
+	return ex, nil
+}
+
+// The rescue protocol. A connection opens with the bootstrap's hello
+// (the rescue magic, the parent's size, the sender's parent rank and pid,
+// checked against the parent's records), then one frame from the dialer:
+// kindContrib, payload role u8 | n u32 | n sorted excluded ranks u32.
+// The answers reuse the bootstrap's frame kinds: kindHeartbeat accepts,
+// kindReject refuses (code and message, as at init), kindWelcome carries
+// the child's unique id, and kindFailed goes from a survivor to the
+// lowest survivor when the survivor gives up.
+//
+// Each survivor dials the lowest survivor in its own view (role join).
+// The lowest survivor also dials each of the others (role probe): that
+// finds at once a survivor that is dead (refused) or that names another
+// list and so waits elsewhere. Every survivor accepts on its rescue
+// listener while in Shrink and answers a list other than its own with a
+// mismatch, which fails both ends.
+const (
+	roleJoin  = 1
+	roleProbe = 2
+)
+
+// staleWait is how long an acceptor reads after a hello whose list is not
+// its own: a connection queued by an earlier, finished Shrink has been
+// closed by its dialer (EOF at once) and must not fail this one; a live
+// dialer sends nothing more.
+const staleWait = 50 * time.Millisecond
+
+type shrinkEvent struct {
+	kind    int
+	rank    int
+	conn    net.Conn
+	role    byte
+	list    []int
+	err     error
+	hdr     frameHeader
+	payload []byte
+}
+
+const (
+	evArrival = iota // a hello on our listener
+	evLost           // a survivor's join connection ended
+	evFailed         // a survivor said it gave up
+	evProbe          // a probe's conclusive answer (err)
+	evLeader         // a frame (or error) from the lowest survivor
+	evListener       // our listener failed (the communicator closed)
+)
+
+type shrinker struct {
+	c         *Comm
+	rp        *rescuePoint
+	ex        []int
+	survivors []int
+	leader    int
+	events    chan shrinkEvent
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{} // closed when Shrink's rendezvous ends
+}
+
+// run meets the other survivors and returns the child's id (and, on the
+// lowest survivor, the child's bootstrap listener).
+func (s *shrinker) run(ctx context.Context) (UniqueID, net.Listener, error) {
+	if s.rp.ln == nil {
+		return UniqueID{}, nil, fmt.Errorf("this rank has no rescue listener (%s)", s.rp.why)
+	}
+	tl, _ := s.rp.ln.(*net.TCPListener)
+	if tl == nil {
+		return UniqueID{}, nil, fmt.Errorf("rescue listener of type %T", s.rp.ln)
+	}
+	_ = tl.SetDeadline(time.Time{})
+	ctx, cancel := context.WithCancel(ctx) // ends the probes' dials with the rendezvous
+	s.wg.Add(1)
+	go s.acceptLoop(tl)
+	defer func() {
+		cancel()
+		close(s.stop)
+		_ = tl.SetDeadline(time.Now()) // ends Accept, keeps the listener for a later Shrink
+		s.mu.Lock()
+		for conn := range s.conns {
+			_ = conn.Close()
+		}
+		s.conns = nil
+		s.mu.Unlock()
+		s.wg.Wait()
+		_ = tl.SetDeadline(time.Time{})
+	}()
+	if s.c.rank == s.leader {
+		return s.lead(ctx)
+	}
+	id, err := s.follow(ctx)
+	return id, nil, err
+}
+
+// track registers conn for closing at the end; false when it is over.
+func (s *shrinker) track(conn net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		select {
+		case <-s.stop:
+			return false
+		default:
+		}
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[conn] = struct{}{}
+	return true
+}
+
+func (s *shrinker) send(ev shrinkEvent) {
+	select {
+	case s.events <- ev:
+	case <-s.stop:
+		if ev.conn != nil && ev.kind == evArrival {
+			_ = ev.conn.Close()
+		}
+	}
+}
+
+func (s *shrinker) acceptLoop(tl *net.TCPListener) {
+	defer s.wg.Done()
+	for {
+		conn, err := tl.Accept()
+		if err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				s.send(shrinkEvent{kind: evListener, err: err})
+			}
+			return
+		}
+		if !s.track(conn) {
+			_ = conn.Close()
+			return
+		}
+		s.wg.Add(1)
+		go s.greet(conn)
+	}
+}
+
+// greet reads a dialer's hello and list; strangers are dropped quietly.
+func (s *shrinker) greet(conn net.Conn) {
+	defer s.wg.Done()
+	h, err := readHello(conn, s.rp.magic)
+	if err == nil {
+		err = s.checkHello(h)
+	}
+	var role byte
+	var list []int
+	if err == nil {
+		_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
+		var hdr [frameHeaderSize]byte
+		var fh frameHeader
+		var payload []byte
+		if fh, payload, err = readFrame(conn, hdr[:]); err == nil && fh.Kind != kindContrib {
+			err = fmt.Errorf("%w: %s frame opens a rescue connection", errMalformed, kindNames[fh.Kind])
+		}
+		if err == nil {
+			role, list, err = decodeShrinkOpen(payload, s.c.size)
+		}
+	}
+	if err == nil && !slices.Equal(list, s.ex) && stale(conn) {
+		err = errors.New("closed by its dialer (a finished Shrink)")
+	}
+	if err != nil {
+		s.c.log.Debug("goccl: dropped a connection on the rescue listener", "rank", s.c.rank, "remote", conn.RemoteAddr().String(), "why", err)
+		_ = conn.Close()
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	s.send(shrinkEvent{kind: evArrival, rank: int(h.Rank), conn: conn, role: role, list: list})
+}
+
+func (s *shrinker) checkHello(h hello) error {
+	switch {
+	case h.Version != protocolVersion:
+		return fmt.Errorf("protocol version %d", h.Version)
+	case int64(h.NRanks) != int64(s.c.size):
+		return fmt.Errorf("nranks %d", h.NRanks)
+	case int64(h.Rank) >= int64(s.c.size) || int(h.Rank) == s.c.rank:
+		return fmt.Errorf("rank %d", h.Rank)
+	case pidOf(s.c, int(h.Rank)) != int32(h.PID):
+		return fmt.Errorf("pid %d claims rank %d, whose pid is %d", h.PID, h.Rank, pidOf(s.c, int(h.Rank)))
+	}
+	return nil
+}
+
+func pidOf(c *Comm, r int) int32 {
+	if r < len(c.boot.pids) {
+		return c.boot.pids[r]
+	}
+	return -1
+}
+
+// stale reports whether the dialer has already closed conn.
+func stale(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(staleWait))
+	var b [1]byte
+	_, err := conn.Read(b[:])
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// dial opens a rescue connection to parent rank r with role.
+func (s *shrinker) dial(ctx context.Context, r int, role byte) (net.Conn, error) {
+	addr := s.rp.addrs[r]
+	if addr == "" {
+		return nil, &collectives.PeerError{Rank: r, Cause: errors.New("has no rescue listener (it could not listen at init): Shrink cannot reach it")}
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, &collectives.PeerError{Rank: r, Cause: fmt.Errorf("refused the rescue connection at %s: it died or closed its communicator (a dead rank belongs in exclude): %w", addr, err)}
+		}
+		return nil, err
+	}
+	if !s.track(conn) {
+		_ = conn.Close()
+		return nil, net.ErrClosed
+	}
+	h := encodeHello(hello{Magic: s.rp.magic, Version: protocolVersion, NRanks: uint32(s.c.size), Rank: uint32(s.c.rank), PID: uint32(os.Getpid())})
+	msg := append(h[:], appendFrame(nil, kindContrib, 0, encodeShrinkOpen(role, s.ex))...)
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write(msg); err != nil {
+		return nil, &collectives.PeerError{Rank: r, Cause: fmt.Errorf("rescue connection: %w", err)}
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
+	return conn, nil
+}
+
+// mismatch is the error both ends of a disagreement return.
+func (s *shrinker) mismatch(r int, list []int) error {
+	return fmt.Errorf("%w: rank %d passed exclude %v, rank %d passed exclude %v", ErrMismatch, r, list, s.c.rank, s.ex)
+}
+
+// lead is the lowest survivor's side: it gathers every other survivor,
+// then gives them the child's id.
+func (s *shrinker) lead(ctx context.Context) (UniqueID, net.Listener, error) {
+	joined := map[int]net.Conn{}
+	fail := func(err error) (UniqueID, net.Listener, error) {
+		msg := shrinkRejectPayload(err)
+		for _, conn := range joined {
+			_ = writeOnce(conn, kindReject, msg)
+		}
+		return UniqueID{}, nil, err
+	}
+	for _, r := range s.survivors[1:] {
+		s.wg.Add(1)
+		go s.probe(ctx, r)
+	}
+	for len(joined) < len(s.survivors)-1 {
+		select {
+		case ev := <-s.events:
+			switch ev.kind {
+			case evArrival:
+				if !slices.Equal(ev.list, s.ex) {
+					_ = writeOnce(ev.conn, kindReject, shrinkRejectPayload(s.mismatch(ev.rank, ev.list)))
+					return fail(s.mismatch(ev.rank, ev.list))
+				}
+				if ev.role != roleJoin {
+					_ = ev.conn.Close()
+					continue
+				}
+				if old := joined[ev.rank]; old != nil {
+					_ = old.Close()
+				}
+				joined[ev.rank] = ev.conn
+				_ = writeOnce(ev.conn, kindHeartbeat, nil)
+				s.wg.Add(1)
+				go s.watch(ev.rank, ev.conn)
+			case evLost:
+				if joined[ev.rank] == ev.conn {
+					delete(joined, ev.rank)
+					s.wg.Add(1)
+					go s.probe(ctx, ev.rank) // dead, or a closed stale connection?
+				}
+			case evFailed:
+				return fail(&collectives.PeerError{Rank: ev.rank, Cause: ev.err})
+			case evProbe:
+				return fail(ev.err)
+			case evListener:
+				return fail(fmt.Errorf("rescue listener: %w", ev.err))
+			}
+		case <-ctx.Done():
+			var missing []int
+			for _, r := range s.survivors[1:] {
+				if joined[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			return fail(fmt.Errorf("%w: ranks %v did not join the Shrink within the timeout (do they call it, with exclude %v?): %v", collectives.ErrTimeout, missing, s.ex, ctx.Err()))
+		}
+	}
+	id, ln, err := s.c.newChildID(len(s.survivors))
+	if err != nil {
+		return fail(err)
+	}
+	for r, conn := range joined {
+		if err := writeOnce(conn, kindWelcome, id[:]); err != nil {
+			s.c.log.Warn("goccl: Shrink: could not send the new id", "rank", s.c.rank, "peer", r, "err", err)
+		}
+	}
+	return id, ln, nil
+}
+
+// watch reads a joined survivor's connection until it ends or says it
+// gave up.
+func (s *shrinker) watch(r int, conn net.Conn) {
+	defer s.wg.Done()
+	var hdr [frameHeaderSize]byte
+	h, payload, err := readFrame(conn, hdr[:])
+	if err == nil && h.Kind == kindFailed {
+		if _, msg, derr := decodeFailed(payload, s.c.size); derr == nil {
+			s.send(shrinkEvent{kind: evFailed, rank: r, err: errors.New(msg)})
+			return
+		}
+	}
+	s.send(shrinkEvent{kind: evLost, rank: r, conn: conn})
+}
+
+// probe dials survivor r; only a conclusive answer (refused, or another
+// list) becomes an event. A survivor not yet in Shrink answers when it
+// gets there.
+func (s *shrinker) probe(ctx context.Context, r int) {
+	defer s.wg.Done()
+	conn, err := s.dial(ctx, r, roleProbe)
+	if err != nil {
+		var pe *collectives.PeerError
+		if errors.As(err, &pe) {
+			s.send(shrinkEvent{kind: evProbe, rank: r, err: err})
+		}
+		return
+	}
+	var hdr [frameHeaderSize]byte
+	h, payload, err := readFrame(conn, hdr[:])
+	if err == nil && h.Kind == kindReject {
+		s.send(shrinkEvent{kind: evProbe, rank: r, err: shrinkRejection(payload, r)})
+	}
+}
+
+// follow is every other survivor's side.
+func (s *shrinker) follow(ctx context.Context) (UniqueID, error) {
+	conn, err := s.dial(ctx, s.leader, roleJoin)
+	if err != nil {
+		if ctx.Err() != nil {
+			return UniqueID{}, fmt.Errorf("%w: rank %d not reached: %v", collectives.ErrTimeout, s.leader, err)
+		}
+		return UniqueID{}, err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var hdr [frameHeaderSize]byte
+		for {
+			h, payload, err := readFrame(conn, hdr[:])
+			s.send(shrinkEvent{kind: evLeader, hdr: h, payload: payload, err: err})
+			if err != nil || h.Kind != kindHeartbeat {
+				return
+			}
+		}
+	}()
+	giveUp := func(err error) (UniqueID, error) {
+		_ = writeOnce(conn, kindFailed, encodeFailed(s.c.rank, errorDetail(err)))
+		return UniqueID{}, err
+	}
+	acked := false
+	expired := ctx.Done()
+	var grace <-chan time.Time
+	for {
+		select {
+		case ev := <-s.events:
+			switch ev.kind {
+			case evArrival:
+				if !slices.Equal(ev.list, s.ex) {
+					_ = writeOnce(ev.conn, kindReject, shrinkRejectPayload(s.mismatch(ev.rank, ev.list)))
+					return giveUp(s.mismatch(ev.rank, ev.list))
+				}
+				if ev.role == roleProbe {
+					_ = writeOnce(ev.conn, kindHeartbeat, nil)
+				}
+				_ = ev.conn.Close()
+			case evLeader:
+				switch {
+				case ev.err != nil && acked:
+					return UniqueID{}, &collectives.PeerError{Rank: s.leader, Cause: fmt.Errorf("lost during Shrink: %w", ev.err)}
+				case ev.err != nil:
+					return UniqueID{}, &collectives.PeerError{Rank: s.leader, Cause: fmt.Errorf("closed the rescue connection without an answer: %w", ev.err)}
+				case ev.hdr.Kind == kindHeartbeat:
+					acked = true
+				case ev.hdr.Kind == kindWelcome:
+					return UniqueIDFromBytes(ev.payload)
+				case ev.hdr.Kind == kindReject:
+					return UniqueID{}, shrinkRejection(ev.payload, s.leader)
+				default:
+					return UniqueID{}, &collectives.PeerError{Rank: s.leader, Cause: fmt.Errorf("%w: %s frame in Shrink", errMalformed, kindNames[ev.hdr.Kind])}
+				}
+			case evListener:
+				return giveUp(fmt.Errorf("rescue listener: %w", ev.err))
+			}
+		case <-expired:
+			// Once the lowest survivor has us, it knows which ranks are
+			// missing: give it a little longer to say so.
+			expired = nil
+			if acked {
+				grace = time.After(rejectGrace)
+				continue
+			}
+			return giveUp(fmt.Errorf("%w: rank %d did not answer within the timeout (does it call Shrink, with exclude %v?): %v", collectives.ErrTimeout, s.leader, s.ex, ctx.Err()))
+		case <-grace:
+			return giveUp(fmt.Errorf("%w: rank %d did not gather the survivors within the timeout", collectives.ErrTimeout, s.leader))
+		}
+	}
+}
+
+// Rescue payloads.
+
+func encodeShrinkOpen(role byte, ex []int) []byte {
+	b := binary.BigEndian.AppendUint32([]byte{role}, uint32(len(ex)))
+	for _, r := range ex {
+		b = binary.BigEndian.AppendUint32(b, uint32(r))
+	}
+	return b
+}
+
+func decodeShrinkOpen(b []byte, size int) (byte, []int, error) {
+	if len(b) < 5 || (b[0] != roleJoin && b[0] != roleProbe) {
+		return 0, nil, fmt.Errorf("%w: rescue opening of %d bytes", errMalformed, len(b))
+	}
+	n := binary.BigEndian.Uint32(b[1:])
+	if uint64(n) >= uint64(size) || uint64(len(b)) != 5+4*uint64(n) {
+		return 0, nil, fmt.Errorf("%w: rescue opening lists %d ranks in %d bytes", errMalformed, n, len(b))
+	}
+	ex := make([]int, n)
+	for i := range ex {
+		ex[i] = int(binary.BigEndian.Uint32(b[5+4*i:]))
+		if ex[i] >= size || (i > 0 && ex[i] <= ex[i-1]) {
+			return 0, nil, fmt.Errorf("%w: rescue opening: exclude list not sorted ranks of %d", errMalformed, size)
+		}
+	}
+	return b[0], ex, nil
+}
+
+// shrinkRejectPayload carries err so that the receiver rebuilds it with
+// the same sentinel and text.
+func shrinkRejectPayload(err error) []byte {
+	var pe *collectives.PeerError
+	var out []byte
+	switch {
+	case errors.Is(err, ErrMismatch):
+		out = []byte{rejectMismatch}
+	case errors.Is(err, collectives.ErrTimeout):
+		out = []byte{rejectTimeout}
+	case errors.As(err, &pe):
+		return append([]byte{rejectPeer}, encodeFailed(pe.Rank, pe.Cause.Error())...)
+	default:
+		out = []byte{rejectOther}
+	}
+	msg := errorDetail(err)
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage]
+	}
+	return append(out, msg...)
+}
+
+// shrinkRejection rebuilds a reject from parent rank from.
+func shrinkRejection(payload []byte, from int) error {
+	if len(payload) > 0 && payload[0] == rejectOther {
+		msg, err := decodeReject(payload[1:])
+		if err != nil {
+			return &collectives.PeerError{Rank: from, Cause: err}
+		}
+		return fmt.Errorf("rank %d gave up the Shrink: %s", from, msg)
+	}
+	err := rejection(payload)
+	var pe *collectives.PeerError
+	if errors.Is(err, ErrMismatch) || errors.Is(err, collectives.ErrTimeout) || errors.As(err, &pe) {
+		return err
+	}
+	return &collectives.PeerError{Rank: from, Cause: err}
+}
