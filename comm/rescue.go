@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 )
 
 // rescuePoint is what a rank opens at init so that Shrink can work when
@@ -30,6 +31,22 @@ type rescuePoint struct {
 	magic uint64     // opens rescue connections; derived from the job's magic
 
 	mu sync.Mutex // one Shrink at a time on a communicator
+
+	// After a failed Shrink on the lowest survivor, a responder tells the
+	// survivors still to come why (respond).
+	rmu      sync.Mutex
+	respStop chan struct{}
+	respDone chan struct{}
+	held     []pendingOpen // connections it keeps for the next Shrink
+	closed   bool
+}
+
+// pendingOpen is a greeted rescue connection.
+type pendingOpen struct {
+	conn net.Conn
+	rank int
+	role byte
+	list []int
 }
 
 // openRescue listens and exchanges the addresses and node keys; collective
@@ -44,7 +61,7 @@ func openRescue(ctx context.Context, b *tcpBootstrap) (*rescuePoint, error) {
 			b.log.Warn("goccl: no rescue listener: Shrink will not reach this rank", "rank", b.rank, "err", err)
 		} else {
 			rp.ln = ln
-			b.cleanup = append(b.cleanup, func() { _ = ln.Close() })
+			b.cleanup = append(b.cleanup, rp.close)
 		}
 	}
 	addr := ""
@@ -132,4 +149,96 @@ func (rp *rescuePoint) localRanks(members []int) []int {
 		seen[rp.nodes[r]]++
 	}
 	return out
+}
+
+// respond answers, in the background, each of expected (parent ranks)
+// that dials in with verdict (a reject payload), until all have been told,
+// the next Shrink starts or the communicator closes. A connection from
+// any other rank (one retrying already) is held for the next Shrink.
+func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected []int) {
+	tl, _ := rp.ln.(*net.TCPListener)
+	if len(expected) == 0 || verdict == nil || tl == nil {
+		return
+	}
+	rp.rmu.Lock()
+	defer rp.rmu.Unlock()
+	if rp.closed {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	rp.respStop, rp.respDone = stop, done
+	want := map[int]bool{}
+	for _, r := range expected {
+		want[r] = true
+	}
+	go func() {
+		defer close(done)
+		for len(want) > 0 {
+			conn, err := tl.Accept()
+			if err != nil {
+				return // stopResponder's deadline, or closed
+			}
+			rank, role, list, err := readOpening(c, conn)
+			switch {
+			case err != nil:
+				_ = conn.Close()
+			case want[rank]:
+				_ = writeOnce(conn, kindReject, verdict)
+				_ = conn.Close()
+				delete(want, rank)
+			default:
+				rp.rmu.Lock()
+				if rp.closed {
+					_ = conn.Close()
+				} else {
+					rp.held = append(rp.held, pendingOpen{conn: conn, rank: rank, role: role, list: list})
+				}
+				rp.rmu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+}
+
+// stopResponder ends the responder and returns the connections it held.
+func (rp *rescuePoint) stopResponder() []pendingOpen {
+	rp.rmu.Lock()
+	stop, done := rp.respStop, rp.respDone
+	rp.respStop, rp.respDone = nil, nil
+	rp.rmu.Unlock()
+	if stop != nil {
+		close(stop)
+		if tl, ok := rp.ln.(*net.TCPListener); ok {
+			_ = tl.SetDeadline(time.Now())
+		}
+		<-done
+	}
+	rp.rmu.Lock()
+	defer rp.rmu.Unlock()
+	held := rp.held
+	rp.held = nil
+	return held
+}
+
+// close is the bootstrap's cleanup: the listener, the responder and what
+// it held.
+func (rp *rescuePoint) close() {
+	rp.rmu.Lock()
+	rp.closed = true
+	done := rp.respDone
+	rp.rmu.Unlock()
+	_ = rp.ln.Close()
+	if done != nil {
+		<-done
+	}
+	rp.rmu.Lock()
+	for _, p := range rp.held {
+		_ = p.conn.Close()
+	}
+	rp.held = nil
+	rp.rmu.Unlock()
 }

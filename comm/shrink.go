@@ -138,12 +138,12 @@ type shrinkEvent struct {
 }
 
 const (
-	evArrival = iota // a hello on our listener
-	evLost           // a survivor's join connection ended
-	evFailed         // a survivor said it gave up
-	evProbe          // a probe's conclusive answer (err)
-	evLeader         // a frame (or error) from the lowest survivor
-	evListener       // our listener failed (the communicator closed)
+	evArrival  = iota // a hello on our listener
+	evLost            // a survivor's join connection ended
+	evFailed          // a survivor said it gave up
+	evProbe           // a probe's conclusive answer (err)
+	evLeader          // a frame (or error) from the lowest survivor
+	evListener        // our listener failed (the communicator closed)
 )
 
 type shrinker struct {
@@ -156,12 +156,16 @@ type shrinker struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	mu        sync.Mutex
-	conns     map[net.Conn]struct{} // closed when Shrink's rendezvous ends
+	conns     map[net.Conn]int // closed when Shrink's rendezvous ends; the peer's rank when it dialled us, else -1
+	stopped   bool             // the rendezvous is over
+	verdict   []byte           // why it failed, as a reject payload
+	told      map[int]bool     // survivors that heard the verdict
+	settled   map[int]bool     // survivors that will not wait on this one (dead, or gave up)
 }
 
 // run meets the other survivors and returns the child's id (and, on the
 // lowest survivor, the child's bootstrap listener).
-func (s *shrinker) run(ctx context.Context) (UniqueID, net.Listener, error) {
+func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err error) {
 	if s.rp.ln == nil {
 		return UniqueID{}, nil, fmt.Errorf("this rank has no rescue listener (%s)", s.rp.why)
 	}
@@ -169,58 +173,93 @@ func (s *shrinker) run(ctx context.Context) (UniqueID, net.Listener, error) {
 	if tl == nil {
 		return UniqueID{}, nil, fmt.Errorf("rescue listener of type %T", s.rp.ln)
 	}
+	s.told, s.settled = map[int]bool{}, map[int]bool{}
+	held := s.rp.stopResponder()
 	_ = tl.SetDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(ctx) // ends the probes' dials with the rendezvous
 	s.wg.Add(1)
-	go s.acceptLoop(tl)
+	go s.acceptLoop(tl, held)
 	defer func() {
 		cancel()
+		// Every survivor still connected hears why this one gave up, even
+		// one whose hello was in flight (and so was never answered).
+		s.mu.Lock()
+		if err != nil {
+			s.verdict = shrinkRejectPayload(err)
+		}
+		s.stopped = true
 		close(s.stop)
 		_ = tl.SetDeadline(time.Now()) // ends Accept, keeps the listener for a later Shrink
-		s.mu.Lock()
-		for conn := range s.conns {
+		for conn, r := range s.conns {
+			if s.verdict != nil {
+				_ = writeOnce(conn, kindReject, s.verdict)
+				if r >= 0 {
+					s.told[r] = true
+				}
+			}
 			_ = conn.Close()
 		}
 		s.conns = nil
 		s.mu.Unlock()
 		s.wg.Wait()
 		_ = tl.SetDeadline(time.Time{})
+		if err != nil && s.c.rank == s.leader {
+			// Survivors still on their way would otherwise wait in our
+			// listener's queue for their whole timeout.
+			var expected []int
+			for _, r := range s.survivors[1:] {
+				if !s.told[r] && !s.settled[r] {
+					expected = append(expected, r)
+				}
+			}
+			s.rp.respond(s.c, s.verdict, expected)
+		}
 	}()
 	if s.c.rank == s.leader {
 		return s.lead(ctx)
 	}
-	id, err := s.follow(ctx)
+	id, err = s.follow(ctx)
 	return id, nil, err
 }
 
-// track registers conn for closing at the end; false when it is over.
-func (s *shrinker) track(conn net.Conn) bool {
+// track registers conn for closing at the end; false (with the verdict
+// sent and conn closed) when the rendezvous is over.
+func (s *shrinker) track(conn net.Conn, rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conns == nil {
-		select {
-		case <-s.stop:
-			return false
-		default:
+	if s.stopped {
+		if s.verdict != nil {
+			_ = writeOnce(conn, kindReject, s.verdict)
 		}
-		s.conns = map[net.Conn]struct{}{}
+		_ = conn.Close()
+		return false
 	}
-	s.conns[conn] = struct{}{}
+	if s.conns == nil {
+		s.conns = map[net.Conn]int{}
+	}
+	s.conns[conn] = rank
 	return true
 }
 
+// send hands ev to the rendezvous, or drops it once that is over (its
+// connection, tracked, is closed by the end).
 func (s *shrinker) send(ev shrinkEvent) {
 	select {
 	case s.events <- ev:
 	case <-s.stop:
-		if ev.conn != nil && ev.kind == evArrival {
-			_ = ev.conn.Close()
-		}
 	}
 }
 
-func (s *shrinker) acceptLoop(tl *net.TCPListener) {
+func (s *shrinker) acceptLoop(tl *net.TCPListener, held []pendingOpen) {
 	defer s.wg.Done()
+	// Connections a failed Shrink's responder held for this one.
+	for _, p := range held {
+		if !slices.Equal(p.list, s.ex) && stale(p.conn) {
+			_ = p.conn.Close()
+			continue
+		}
+		s.arrive(p)
+	}
 	for {
 		conn, err := tl.Accept()
 		if err != nil {
@@ -230,10 +269,7 @@ func (s *shrinker) acceptLoop(tl *net.TCPListener) {
 			}
 			return
 		}
-		if !s.track(conn) {
-			_ = conn.Close()
-			return
-		}
+		// Tracked once greeted: a stranger is dropped by its own deadline.
 		s.wg.Add(1)
 		go s.greet(conn)
 	}
@@ -242,24 +278,7 @@ func (s *shrinker) acceptLoop(tl *net.TCPListener) {
 // greet reads a dialer's hello and list; strangers are dropped quietly.
 func (s *shrinker) greet(conn net.Conn) {
 	defer s.wg.Done()
-	h, err := readHello(conn, s.rp.magic)
-	if err == nil {
-		err = s.checkHello(h)
-	}
-	var role byte
-	var list []int
-	if err == nil {
-		_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
-		var hdr [frameHeaderSize]byte
-		var fh frameHeader
-		var payload []byte
-		if fh, payload, err = readFrame(conn, hdr[:]); err == nil && fh.Kind != kindContrib {
-			err = fmt.Errorf("%w: %s frame opens a rescue connection", errMalformed, kindNames[fh.Kind])
-		}
-		if err == nil {
-			role, list, err = decodeShrinkOpen(payload, s.c.size)
-		}
-	}
+	rank, role, list, err := readOpening(s.c, conn)
 	if err == nil && !slices.Equal(list, s.ex) && stale(conn) {
 		err = errors.New("closed by its dialer (a finished Shrink)")
 	}
@@ -268,20 +287,50 @@ func (s *shrinker) greet(conn net.Conn) {
 		_ = conn.Close()
 		return
 	}
-	_ = conn.SetReadDeadline(time.Time{})
-	s.send(shrinkEvent{kind: evArrival, rank: int(h.Rank), conn: conn, role: role, list: list})
+	s.arrive(pendingOpen{conn: conn, rank: rank, role: role, list: list})
 }
 
-func (s *shrinker) checkHello(h hello) error {
+// arrive hands a greeted connection to the rendezvous.
+func (s *shrinker) arrive(p pendingOpen) {
+	if !s.track(p.conn, p.rank) {
+		return
+	}
+	s.send(shrinkEvent{kind: evArrival, rank: p.rank, conn: p.conn, role: p.role, list: p.list})
+}
+
+// readOpening reads a rescue connection's hello and list within
+// helloTimeout each.
+func readOpening(c *Comm, conn net.Conn) (rank int, role byte, list []int, err error) {
+	h, err := readHello(conn, c.rescue.magic)
+	if err == nil {
+		err = checkRescueHello(c, h)
+	}
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
+	var hdr [frameHeaderSize]byte
+	fh, payload, err := readFrame(conn, hdr[:])
+	if err == nil && fh.Kind != kindContrib {
+		err = fmt.Errorf("%w: %s frame opens a rescue connection", errMalformed, kindNames[fh.Kind])
+	}
+	if err == nil {
+		role, list, err = decodeShrinkOpen(payload, c.size)
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	return int(h.Rank), role, list, err
+}
+
+func checkRescueHello(c *Comm, h hello) error {
 	switch {
 	case h.Version != protocolVersion:
 		return fmt.Errorf("protocol version %d", h.Version)
-	case int64(h.NRanks) != int64(s.c.size):
+	case int64(h.NRanks) != int64(c.size):
 		return fmt.Errorf("nranks %d", h.NRanks)
-	case int64(h.Rank) >= int64(s.c.size) || int(h.Rank) == s.c.rank:
+	case int64(h.Rank) >= int64(c.size) || int(h.Rank) == c.rank:
 		return fmt.Errorf("rank %d", h.Rank)
-	case pidOf(s.c, int(h.Rank)) != int32(h.PID):
-		return fmt.Errorf("pid %d claims rank %d, whose pid is %d", h.PID, h.Rank, pidOf(s.c, int(h.Rank)))
+	case pidOf(c, int(h.Rank)) != int32(h.PID):
+		return fmt.Errorf("pid %d claims rank %d, whose pid is %d", h.PID, h.Rank, pidOf(c, int(h.Rank)))
 	}
 	return nil
 }
@@ -316,8 +365,7 @@ func (s *shrinker) dial(ctx context.Context, r int, role byte) (net.Conn, error)
 		}
 		return nil, err
 	}
-	if !s.track(conn) {
-		_ = conn.Close()
+	if !s.track(conn, -1) {
 		return nil, net.ErrClosed
 	}
 	h := encodeHello(hello{Magic: s.rp.magic, Version: protocolVersion, NRanks: uint32(s.c.size), Rank: uint32(s.c.rank), PID: uint32(os.Getpid())})
@@ -377,8 +425,10 @@ func (s *shrinker) lead(ctx context.Context) (UniqueID, net.Listener, error) {
 					go s.probe(ctx, ev.rank) // dead, or a closed stale connection?
 				}
 			case evFailed:
+				s.settled[ev.rank] = true
 				return fail(&collectives.PeerError{Rank: ev.rank, Cause: ev.err})
 			case evProbe:
+				s.settled[ev.rank] = true
 				return fail(ev.err)
 			case evListener:
 				return fail(fmt.Errorf("rescue listener: %w", ev.err))
