@@ -49,6 +49,8 @@ func childMain(mode string) int {
 		return foreignMain()
 	case "rlimit":
 		return rlimitMain()
+	case "split":
+		return splitMain()
 	}
 	fmt.Println("unknown child mode", mode)
 	return 99
