@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,10 +44,11 @@ type rescuePoint struct {
 
 // pendingOpen is a greeted rescue connection.
 type pendingOpen struct {
-	conn net.Conn
-	rank int
-	role byte
-	list []int
+	conn   net.Conn
+	rank   int
+	role   byte
+	list   []int
+	expiry *time.Timer // while held
 }
 
 // openRescue listens and exchanges the addresses and node keys; collective
@@ -152,10 +154,11 @@ func (rp *rescuePoint) localRanks(members []int) []int {
 }
 
 // respond answers, in the background, each of expected (parent ranks)
-// that dials in with verdict (a reject payload), until all have been told,
-// the next Shrink starts or the communicator closes. A connection from
-// any other rank (one retrying already) is held for the next Shrink.
-func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected []int) {
+// that dials in with the failed Shrink's list with verdict (a reject
+// payload), until all have been told, the next Shrink starts or the
+// communicator closes. Any other connection (a survivor trying again
+// already) is held for the next Shrink.
+func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected, list []int) {
 	tl, _ := rp.ln.(*net.TCPListener)
 	if len(expected) == 0 || verdict == nil || tl == nil {
 		return
@@ -178,22 +181,16 @@ func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected []int) {
 			if err != nil {
 				return // stopResponder's deadline, or closed
 			}
-			rank, role, list, err := readOpening(c, conn)
+			rank, role, theirs, err := readOpening(c, conn)
 			switch {
 			case err != nil:
 				_ = conn.Close()
-			case want[rank]:
+			case want[rank] && slices.Equal(theirs, list):
 				_ = writeOnce(conn, kindReject, verdict)
 				_ = conn.Close()
 				delete(want, rank)
 			default:
-				rp.rmu.Lock()
-				if rp.closed {
-					_ = conn.Close()
-				} else {
-					rp.held = append(rp.held, pendingOpen{conn: conn, rank: rank, role: role, list: list})
-				}
-				rp.rmu.Unlock()
+				rp.hold(pendingOpen{conn: conn, rank: rank, role: role, list: theirs}, verdict)
 			}
 			select {
 			case <-stop:
@@ -202,6 +199,34 @@ func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected []int) {
 			}
 		}
 	}()
+}
+
+// holdFor bounds how long a connection waits for this rank's next
+// Shrink; then its dialer hears the answer it was kept from.
+const holdFor = 5 * time.Second
+
+// hold keeps p for the next Shrink; if none starts within holdFor, p's
+// dialer gets answer (a reject payload). Closed with the communicator.
+func (rp *rescuePoint) hold(p pendingOpen, answer []byte) {
+	rp.rmu.Lock()
+	defer rp.rmu.Unlock()
+	if rp.closed {
+		_ = p.conn.Close()
+		return
+	}
+	p.expiry = time.AfterFunc(holdFor, func() {
+		rp.rmu.Lock()
+		defer rp.rmu.Unlock()
+		for i, h := range rp.held {
+			if h.conn == p.conn {
+				rp.held = slices.Delete(rp.held, i, i+1)
+				_ = writeOnce(p.conn, kindReject, answer)
+				_ = p.conn.Close()
+				return
+			}
+		}
+	})
+	rp.held = append(rp.held, p)
 }
 
 // stopResponder ends the responder and returns the connections it held.
@@ -221,6 +246,9 @@ func (rp *rescuePoint) stopResponder() []pendingOpen {
 	defer rp.rmu.Unlock()
 	held := rp.held
 	rp.held = nil
+	for _, h := range held {
+		h.expiry.Stop() // one that fires now finds nothing held
+	}
 	return held
 }
 
@@ -237,6 +265,7 @@ func (rp *rescuePoint) close() {
 	}
 	rp.rmu.Lock()
 	for _, p := range rp.held {
+		p.expiry.Stop()
 		_ = p.conn.Close()
 	}
 	rp.held = nil

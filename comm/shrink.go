@@ -127,14 +127,15 @@ const (
 const staleWait = 50 * time.Millisecond
 
 type shrinkEvent struct {
-	kind    int
-	rank    int
-	conn    net.Conn
-	role    byte
-	list    []int
-	err     error
-	hdr     frameHeader
-	payload []byte
+	kind     int
+	rank     int
+	conn     net.Conn
+	role     byte
+	list     []int
+	err      error
+	hdr      frameHeader
+	payload  []byte
+	deferred bool // an arrival judged once already (see judge)
 }
 
 const (
@@ -156,12 +157,25 @@ type shrinker struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	mu        sync.Mutex
-	conns     map[net.Conn]int // closed when Shrink's rendezvous ends; the peer's rank when it dialled us, else -1
-	stopped   bool             // the rendezvous is over
-	verdict   []byte           // why it failed, as a reject payload
-	told      map[int]bool     // survivors that heard the verdict
-	settled   map[int]bool     // survivors that will not wait on this one (dead, or gave up)
+	conns     map[net.Conn]*connInfo // settled when Shrink's rendezvous ends
+	stopped   bool                   // the rendezvous is over
+	verdict   []byte                 // why it failed, as a reject payload
+	told      map[int]bool           // survivors that heard the verdict
+	settled   map[int]bool           // survivors that will not wait on this one (dead, or gave up)
 }
+
+// connInfo is what the rendezvous knows of a connection.
+type connInfo struct {
+	open     *pendingOpen // who dialled us, with what; nil for one we dialled
+	answered bool         // the rendezvous replied on it
+}
+
+// supersetGrace is how long a survivor waits before it calls a list that
+// excludes more than its own a mismatch. Such a list is often a later
+// Shrink's: another rank died during the recovery, a survivor saw it
+// first and tries again without it, and this rank, about to see it too,
+// gives that connection to its own next Shrink instead.
+const supersetGrace = 2 * time.Second
 
 // run meets the other survivors and returns the child's id (and, on the
 // lowest survivor, the child's bootstrap listener).
@@ -181,8 +195,7 @@ func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err e
 	go s.acceptLoop(tl, held)
 	defer func() {
 		cancel()
-		// Every survivor still connected hears why this one gave up, even
-		// one whose hello was in flight (and so was never answered).
+		// Every connection not answered yet is settled: see settle.
 		s.mu.Lock()
 		if err != nil {
 			s.verdict = shrinkRejectPayload(err)
@@ -190,14 +203,12 @@ func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err e
 		s.stopped = true
 		close(s.stop)
 		_ = tl.SetDeadline(time.Now()) // ends Accept, keeps the listener for a later Shrink
-		for conn, r := range s.conns {
-			if s.verdict != nil {
-				_ = writeOnce(conn, kindReject, s.verdict)
-				if r >= 0 {
-					s.told[r] = true
-				}
+		for conn, info := range s.conns {
+			if info.open != nil && !info.answered {
+				s.settle(conn, info.open)
+			} else {
+				_ = conn.Close()
 			}
-			_ = conn.Close()
 		}
 		s.conns = nil
 		s.mu.Unlock()
@@ -212,7 +223,7 @@ func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err e
 					expected = append(expected, r)
 				}
 			}
-			s.rp.respond(s.c, s.verdict, expected)
+			s.rp.respond(s.c, s.verdict, expected, s.ex)
 		}
 	}()
 	if s.c.rank == s.leader {
@@ -222,22 +233,94 @@ func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err e
 	return id, nil, err
 }
 
-// track registers conn for closing at the end; false (with the verdict
-// sent and conn closed) when the rendezvous is over.
-func (s *shrinker) track(conn net.Conn, rank int) bool {
+// track registers conn (open: what its dialer said; nil for a connection
+// we dialled) for settling at the end; false (conn settled) when the
+// rendezvous is over.
+func (s *shrinker) track(conn net.Conn, open *pendingOpen) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		if s.verdict != nil {
-			_ = writeOnce(conn, kindReject, s.verdict)
+		if open != nil {
+			s.settle(conn, open)
+		} else {
+			_ = conn.Close()
 		}
-		_ = conn.Close()
 		return false
 	}
 	if s.conns == nil {
-		s.conns = map[net.Conn]int{}
+		s.conns = map[net.Conn]*connInfo{}
 	}
-	s.conns[conn] = rank
+	s.conns[conn] = &connInfo{open: open}
+	return true
+}
+
+// answered records that the rendezvous replied on conn.
+func (s *shrinker) answered(conn net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if info := s.conns[conn]; info != nil {
+		info.answered = true
+	}
+}
+
+// settle answers, once the rendezvous is over, a survivor's connection it
+// did not: one with our list hears why we gave up (nothing when we did
+// not); one whose list excludes more than ours may be a later attempt
+// (we failed, or its dialer is one of ours) and is kept a while for our
+// next Shrink; any other is told of the mismatch. Called under s.mu.
+func (s *shrinker) settle(conn net.Conn, o *pendingOpen) {
+	mismatch := shrinkRejectPayload(s.mismatch(o.rank, o.list))
+	switch {
+	case slices.Equal(o.list, s.ex):
+		if s.verdict != nil {
+			_ = writeOnce(conn, kindReject, s.verdict)
+			s.told[o.rank] = true
+		}
+		_ = conn.Close()
+	case supersetOf(o.list, s.ex) && s.verdict != nil:
+		s.rp.hold(*o, s.verdict)
+	case supersetOf(o.list, s.ex) && slices.Contains(s.survivors, o.rank):
+		s.rp.hold(*o, mismatch)
+	default:
+		_ = writeOnce(conn, kindReject, mismatch)
+		_ = conn.Close()
+	}
+}
+
+// supersetOf reports whether a excludes every rank b does, and more.
+func supersetOf(a, b []int) bool {
+	if len(a) <= len(b) {
+		return false
+	}
+	for _, r := range b {
+		if _, ok := slices.BinarySearch(a, r); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// judge decides on an arrival whose list is not ours: false when it was
+// deferred (see supersetGrace); true when it is a mismatch now, the
+// dialer having been told.
+func (s *shrinker) judge(ev shrinkEvent) bool {
+	if !ev.deferred && supersetOf(ev.list, s.ex) {
+		ev.deferred = true
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			t := time.NewTimer(supersetGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				s.send(ev)
+			case <-s.stop:
+			}
+		}()
+		return false
+	}
+	s.answered(ev.conn)
+	_ = writeOnce(ev.conn, kindReject, shrinkRejectPayload(s.mismatch(ev.rank, ev.list)))
 	return true
 }
 
@@ -292,7 +375,7 @@ func (s *shrinker) greet(conn net.Conn) {
 
 // arrive hands a greeted connection to the rendezvous.
 func (s *shrinker) arrive(p pendingOpen) {
-	if !s.track(p.conn, p.rank) {
+	if !s.track(p.conn, &p) {
 		return
 	}
 	s.send(shrinkEvent{kind: evArrival, rank: p.rank, conn: p.conn, role: p.role, list: p.list})
@@ -365,7 +448,7 @@ func (s *shrinker) dial(ctx context.Context, r int, role byte) (net.Conn, error)
 		}
 		return nil, err
 	}
-	if !s.track(conn, -1) {
+	if !s.track(conn, nil) {
 		return nil, net.ErrClosed
 	}
 	h := encodeHello(hello{Magic: s.rp.magic, Version: protocolVersion, NRanks: uint32(s.c.size), Rank: uint32(s.c.rank), PID: uint32(os.Getpid())})
@@ -389,8 +472,9 @@ func (s *shrinker) lead(ctx context.Context) (UniqueID, net.Listener, error) {
 	joined := map[int]net.Conn{}
 	fail := func(err error) (UniqueID, net.Listener, error) {
 		msg := shrinkRejectPayload(err)
-		for _, conn := range joined {
+		for r, conn := range joined {
 			_ = writeOnce(conn, kindReject, msg)
+			s.told[r] = true
 		}
 		return UniqueID{}, nil, err
 	}
@@ -404,9 +488,12 @@ func (s *shrinker) lead(ctx context.Context) (UniqueID, net.Listener, error) {
 			switch ev.kind {
 			case evArrival:
 				if !slices.Equal(ev.list, s.ex) {
-					_ = writeOnce(ev.conn, kindReject, shrinkRejectPayload(s.mismatch(ev.rank, ev.list)))
-					return fail(s.mismatch(ev.rank, ev.list))
+					if s.judge(ev) {
+						return fail(s.mismatch(ev.rank, ev.list))
+					}
+					continue
 				}
+				s.answered(ev.conn)
 				if ev.role != roleJoin {
 					_ = ev.conn.Close()
 					continue
@@ -524,9 +611,12 @@ func (s *shrinker) follow(ctx context.Context) (UniqueID, error) {
 			switch ev.kind {
 			case evArrival:
 				if !slices.Equal(ev.list, s.ex) {
-					_ = writeOnce(ev.conn, kindReject, shrinkRejectPayload(s.mismatch(ev.rank, ev.list)))
-					return giveUp(s.mismatch(ev.rank, ev.list))
+					if s.judge(ev) {
+						return giveUp(s.mismatch(ev.rank, ev.list))
+					}
+					continue
 				}
+				s.answered(ev.conn)
 				if ev.role == roleProbe {
 					_ = writeOnce(ev.conn, kindHeartbeat, nil)
 				}

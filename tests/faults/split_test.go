@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/comm"
 	"github.com/goccl/goccl/launcher"
 )
@@ -30,9 +31,13 @@ import (
 //	shrink  checked AllReduces until one fails (the test kills a rank),
 //	        then Shrink excluding FAULTS_EXCLUDE (comma-separated) and
 //	        FAULTS_ITERS checked AllReduces on the child; prints "FAILED
-//	        ...", then "SHRUNK t= rank= size=" or "SHRINKFAIL ... err="
+//	        ...", "SHRINKING", then "SHRUNK t= rank= size=" or
+//	        "SHRINKFAIL ... err="; with FAULTS_RETRY=1 a Shrink that fails
+//	        naming a rank is tried once more without that rank too
 //
-// then "OK" and, after closing everything, "LEAK ...".
+// then "OK" and, after closing everything, "LEAK ...". FAULTS_HANG=1 makes
+// the rank block where it would call Split or Shrink (prints "HANGING"),
+// for the test to kill it there; the others print "INSPLIT" before Split.
 
 func splitMain() int {
 	ctx := context.Background()
@@ -74,7 +79,17 @@ func splitMain() int {
 	return code
 }
 
+// hang blocks for the test to kill this rank, when FAULTS_HANG=1.
+func hang() {
+	if os.Getenv("FAULTS_HANG") == "1" {
+		fmt.Println("HANGING")
+		select {}
+	}
+}
+
 func splitScenario(ctx context.Context, c *comm.Comm) int {
+	hang()
+	fmt.Println("INSPLIT")
 	child, err := c.Split(ctx, c.Rank()%2, -c.Rank(), comm.Options{})
 	if err != nil {
 		fmt.Println(report("SPLITFAIL", err))
@@ -121,10 +136,19 @@ func shrinkScenario(ctx context.Context, c *comm.Comm) int {
 			exclude = append(exclude, n)
 		}
 	}
-	child, err := c.Shrink(ctx, exclude, comm.Options{})
-	if err != nil {
+	hang()
+	fmt.Println("SHRINKING")
+	var child *comm.Comm
+	for attempt := 0; ; attempt++ {
+		if child, err = c.Shrink(ctx, exclude, comm.Options{}); err == nil {
+			break
+		}
 		fmt.Println(report("SHRINKFAIL", err))
-		return 1
+		var pe *collectives.PeerError
+		if os.Getenv("FAULTS_RETRY") != "1" || attempt > 0 || !errors.As(err, &pe) {
+			return 1
+		}
+		exclude = append(exclude, pe.Rank)
 	}
 	fmt.Printf("SHRUNK t=%d rank=%d size=%d\n", time.Now().UnixNano(), child.Rank(), child.Size())
 	err = checkedLoop(ctx, child, envInt("FAULTS_ITERS", 20), 3)
@@ -202,7 +226,7 @@ func TestShrinkAfterKill(t *testing.T) {
 	const nranks = 4
 	for _, victim := range []int{1, 0} {
 		t.Run(fmt.Sprintf("victim=%d", victim), func(t *testing.T) {
-			j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=shrink", "FAULTS_EXCLUDE=" + strconv.Itoa(victim), "GOCCL_TIMEOUT=60s"})
+			j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=shrink", "FAULTS_EXCLUDE=" + strconv.Itoa(victim), "GOCCL_TIMEOUT=60s"}, nil)
 			for _, p := range j.ranks {
 				p.expect(t, "ITER0", 30*time.Second)
 			}
@@ -238,8 +262,67 @@ func TestShrinkAfterKill(t *testing.T) {
 	}
 }
 
+// A rank killed while the others are in Split (it never calls it): every
+// other rank's Split fails naming it, none waits for a timeout.
+func TestSplitPeerKilled(t *testing.T) {
+	const nranks, victim = 4, 1
+	j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=split", "GOCCL_TIMEOUT=60s"}, map[int][]string{victim: {"FAULTS_HANG=1"}})
+	j.ranks[victim].expect(t, "HANGING", 30*time.Second)
+	for r, p := range j.ranks {
+		if r != victim {
+			p.expect(t, "INSPLIT", 30*time.Second)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // into Split's exchange
+	t0 := time.Now()
+	require.NoError(t, j.ranks[victim].cmd.Process.Signal(syscall.SIGKILL))
+	fs := j.survivors(t, victim, "SPLITFAIL", t0, 10*time.Second)
+	for _, f := range fs {
+		assert.Equal(t, strconv.Itoa(victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
+		assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", j.ranks[f.rank].expect(t, "LEAK", 10*time.Second), "rank %d", f.rank)
+		assert.Equal(t, 1, j.ranks[f.rank].exitCode(t, 10*time.Second))
+	}
+	t.Logf("worst time to error: %v", worst(fs))
+}
+
+// A second failure during the recovery: rank 0 dies, then rank 1 (the
+// lowest survivor, whom the others meet) dies before it calls Shrink. The
+// others' Shrink fails naming rank 1, at once; they Shrink again without
+// both, and their AllReduces on the child are correct.
+func TestShrinkLowestSurvivorKilled(t *testing.T) {
+	const nranks = 4
+	j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=shrink", "FAULTS_EXCLUDE=0", "FAULTS_RETRY=1", "GOCCL_TIMEOUT=60s"}, map[int][]string{1: {"FAULTS_HANG=1"}})
+	for _, p := range j.ranks {
+		p.expect(t, "ITER0", 30*time.Second)
+	}
+	require.NoError(t, j.ranks[0].cmd.Process.Signal(syscall.SIGKILL))
+	j.ranks[1].expect(t, "HANGING", 10*time.Second)
+	for _, r := range []int{2, 3} {
+		j.ranks[r].expect(t, "SHRINKING", 10*time.Second)
+	}
+	time.Sleep(100 * time.Millisecond) // into Shrink's rendezvous
+	t0 := time.Now()
+	require.NoError(t, j.ranks[1].cmd.Process.Signal(syscall.SIGKILL))
+	var worstErr time.Duration
+	for _, r := range []int{3, 2} {
+		p := j.ranks[r]
+		l := p.expect(t, "SHRINKFAIL", 10*time.Second)
+		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+		worstErr = max(worstErr, lat)
+		assert.LessOrEqual(t, lat, 10*time.Second, l)
+		assert.Equal(t, "1", field(l, "peer"), "rank %d must name rank 1: %s", r, l)
+		l = p.expect(t, "SHRUNK", 30*time.Second)
+		assert.Equal(t, strconv.Itoa(r-2), field(l, "rank"), l)
+		assert.Equal(t, "2", field(l, "size"), l)
+		p.expect(t, "OK", 60*time.Second)
+		assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", p.expect(t, "LEAK", 10*time.Second), "rank %d", r)
+		assert.Equal(t, 0, p.exitCode(t, 10*time.Second))
+	}
+	t.Logf("worst time from rank 1's death to the others' Shrink error: %v", worstErr)
+}
+
 // startSplitJob starts nranks split children of one unique id.
-func startSplitJob(t *testing.T, nranks int, env []string) *job {
+func startSplitJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
 	t.Helper()
 	id, err := comm.NewUniqueID()
 	require.NoError(t, err)
@@ -247,7 +330,7 @@ func startSplitJob(t *testing.T, nranks int, env []string) *job {
 	for r := 0; r < nranks; r++ {
 		e := append([]string{childVar + "=split", "FAULTS_ID=" + id.String(),
 			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		j.ranks = append(j.ranks, spawn(t, e...))
+		j.ranks = append(j.ranks, spawn(t, append(e, extra[r]...)...))
 	}
 	return j
 }
