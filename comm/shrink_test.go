@@ -3,6 +3,8 @@ package comm
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -263,4 +265,35 @@ func TestShrinkLateSurvivorHearsVerdict(t *testing.T) {
 	g := []*Comm{kids[0], kids[1], kids[3]}
 	checkAllReduce(t, g, 4099)
 	closeComms(t, g)
+}
+
+// Strangers on the rescue listeners (garbage, a wrong magic, a silent
+// connection, a forged pid) are dropped and do not disturb a Shrink.
+func TestShrinkStrangersDropped(t *testing.T) {
+	comms := initGroup(t, 3, hostOpts())
+	kill(t, comms, 2)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	forged := encodeHello(hello{Magic: comms[0].rescue.magic, Version: protocolVersion, NRanks: 3, Rank: 1, PID: 1})
+	wrong := encodeHello(hello{Magic: comms[0].rescue.magic ^ 1, Version: protocolVersion, NRanks: 3, Rank: 1, PID: uint32(os.Getpid())})
+	for _, addr := range comms[0].rescue.addrs[:2] {
+		for _, b := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), forged[:], wrong[:], nil} {
+			conn, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			held = append(held, conn)
+			if b != nil {
+				_, err = conn.Write(b)
+				require.NoError(t, err)
+			}
+		}
+	}
+	kids, errs := shrinkAll(comms, []int{0, 1}, same([]int{2}, 0, 1), Options{})
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	checkAllReduce(t, []*Comm{kids[0], kids[1]}, 777)
+	closeComms(t, []*Comm{kids[0], kids[1]})
 }

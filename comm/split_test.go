@@ -347,3 +347,30 @@ func TestSplitRecordDecoding(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, splitRecord{color: -1, key: -99}, r)
 }
+
+// Under GOCCL_CHECK a rank in Split while another is in a collective: both
+// fail at once with errors that say so, and the parent stays in step.
+func TestSplitAgainstCollectiveUnderCheck(t *testing.T) {
+	ff := &fakeFactory{}
+	opts := testOpts(ff)
+	opts.Check = true
+	comms := initGroup(t, 2, opts)
+	errs := eachRank(comms, func(c *Comm) error {
+		if c.Rank() == 0 {
+			k, err := c.Split(context.Background(), 0, 0, Options{})
+			if k != nil {
+				return fmt.Errorf("a communicator was made: %v", k.Close())
+			}
+			return err
+		}
+		return c.AllReduce(context.Background(), 8, 8, 1, Float32, Sum, 0)
+	})
+	require.ErrorIs(t, errs[0], ErrMismatch)
+	assert.Contains(t, errs[0].Error(), "rank 1: is not in Split")
+	require.Error(t, errs[1])
+	assert.Contains(t, errs[1].Error(), "GOCCL_CHECK: rank 0")
+	assert.Equal(t, 0, ff.get(1).runCount(), "the collective launched nothing")
+	for r, err := range eachRank(comms, func(c *Comm) error { return c.Bootstrap().Barrier(context.Background()) }) {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
