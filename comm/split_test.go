@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -252,6 +253,17 @@ func TestSplitNested(t *testing.T) {
 	defer closeComms(t, all)
 	rev := byColor(all, []int{0, 0, 0, 0}, 0)
 	checkAllReduce(t, rev, 5000)
+	// Each contributes its parent rank: the gather lists them by key.
+	got := make([][]int64, 4)
+	errs = eachRank(all, func(k *Comm) error {
+		parent := int64(slices.Index(all, k))
+		got[parent] = []int64{-1, -1, -1, -1}
+		return k.AllGather(context.Background(), uintptr(unsafe.Pointer(&parent)), uintptr(unsafe.Pointer(&got[parent][0])), 1, Int64, 0)
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+		assert.Equal(t, []int64{3, 2, 1, 0}, got[r], "parent rank %d", r)
+	}
 	// Its odd and even ranks (by the child's numbering).
 	colors := make([]int, 4)
 	keys := make([]int, 4)
