@@ -24,6 +24,8 @@ type Comm struct {
 	boot                          *tcpBootstrap
 	log                           *slog.Logger
 	check                         bool
+	set                           settings     // what Split and Shrink children inherit
+	rescue                        *rescuePoint // where Shrink finds the survivors (shrink.go)
 
 	callMu sync.Mutex
 	args   collectives.Args // reused so that a call does not allocate

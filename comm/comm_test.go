@@ -247,6 +247,7 @@ func TestCommSilentPeerDetected(t *testing.T) {
 		p.conn.Close()
 	}
 	comms[1].boot.fds.close()
+	comms[1].rescue.close()
 }
 
 // Closing cleanly is not a failure for the others.

@@ -4,4 +4,10 @@
 // pass file descriptors between the ranks of a node, and the Comm type
 // through which users call collectives. It sits above collectives/ and
 // transport/, and implements transport.Bootstrap for them.
+//
+// Comm.Split and Comm.Shrink make sub-communicators, each with its own
+// bootstrap and backend: Split agrees on the groups over the parent's
+// bootstrap (split.go); Shrink meets the survivors over the rescue
+// listeners every rank opens at init (rescue.go, shrink.go), so that it
+// works when the parent's bootstrap died with a rank.
 package comm

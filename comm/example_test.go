@@ -195,8 +195,7 @@ func ExampleGroup() {
 
 // Sends and Recvs in one Group never deadlock, whatever their order: here
 // every rank sends to the next and receives from the previous, a ring
-// shift. (No Output line: point-to-point calls need a backend that
-// implements groups.)
+// shift.
 func ExampleGroup_Send() {
 	ctx := context.Background()
 	comms, err := comm.InitAll(ctx, []int{0, 1, 2}, comm.Options{Backend: comm.BackendHost})
@@ -221,12 +220,12 @@ func ExampleGroup_Send() {
 		return g.Run(ctx)
 	})
 	runtime.KeepAlive(send)
-	fmt.Println(errors.Join(errs...), recv) // <nil> [[2] [0] [1]]
+	fmt.Println(errors.Join(errs...), recv)
+	// Output: <nil> [[2] [0] [1]]
 }
 
 // AllToAll sends block p of every rank's buffer to rank p, as the expert
-// dispatch of a mixture-of-experts layer does. (No Output line: it runs as
-// a group of Sends and Recvs.)
+// dispatch of a mixture-of-experts layer does.
 func ExampleComm_AllToAll() {
 	ctx := context.Background()
 	comms, err := comm.InitAll(ctx, []int{0, 1}, comm.Options{Backend: comm.BackendHost})
@@ -243,7 +242,8 @@ func ExampleComm_AllToAll() {
 		return c.AllToAll(ctx, ptr(send[r]), ptr(recv[r]), 1, comm.Float32, 0)
 	})
 	runtime.KeepAlive(send)
-	fmt.Println(errors.Join(errs...), recv) // <nil> [[0 10] [1 11]]
+	fmt.Println(errors.Join(errs...), recv)
+	// Output: <nil> [[0 10] [1 11]]
 }
 
 // Abort, from any goroutine, ends every wait on the communicator; the
@@ -312,7 +312,7 @@ func ExampleComm_AllReduce_invalidArgument() {
 // Split makes communicators of subsets of the ranks, as tensor- and
 // data-parallel groups are made from one job: here even and odd ranks
 // (color), each numbered by parent rank (key). Every rank of the parent
-// calls it. (No Output line: Split needs a backend that implements it.)
+// calls it.
 func ExampleComm_Split() {
 	ctx := context.Background()
 	comms, err := comm.InitAll(ctx, []int{0, 1, 2, 3}, comm.Options{Backend: comm.BackendHost})
@@ -335,5 +335,6 @@ func ExampleComm_Split() {
 		sums[c.Rank()] = v
 		return err
 	})
-	fmt.Println(errors.Join(errs...), sums) // <nil> [[2] [4] [2] [4]]
+	fmt.Println(errors.Join(errs...), sums)
+	// Output: <nil> [[2] [4] [2] [4]]
 }

@@ -22,6 +22,10 @@ type joinSpec struct {
 	id                      UniqueID // zero in file mode until rank 0 makes one
 	filePath                string   // file mode: where rank 0 publishes its id
 	token                   string   // names the job's Unix sockets
+
+	// ln is rank 0's listener when bound already (children of Split and
+	// Shrink); startBootstrap takes it over.
+	ln net.Listener
 }
 
 // InitRank joins rank rank of an nranks-rank job whose rank 0 listens at
@@ -129,6 +133,12 @@ func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]s
 	if err != nil {
 		return nil, err
 	}
+	return initResolved(ctx, spec, set)
+}
+
+// initResolved is initComm once the settings are known (Split and Shrink
+// give their children the parent's).
+func initResolved(ctx context.Context, spec joinSpec, set settings) (*Comm, error) {
 	if spec.nranks < 1 || spec.nranks > maxRanks {
 		return nil, fmt.Errorf("%w: nranks=%d not in [1,%d]", collectives.ErrInvalidArgument, spec.nranks, maxRanks)
 	}
@@ -211,6 +221,8 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 					defer os.Remove(spec.filePath)
 				}
 			}
+		} else if spec.ln != nil {
+			ln = spec.ln
 		} else {
 			ln, err = net.Listen("tcp", id.Addr().String())
 		}
@@ -296,6 +308,10 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if factory == nil {
 		factory = defaultBackend
 	}
+	rescue, err := openRescue(ctx, boot)
+	if err != nil {
+		return nil, err
+	}
 	be, err := factory(ctx, boot, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: %s backend: %w", spec.rank, name, err)
@@ -306,6 +322,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	c := &Comm{
 		rank: spec.rank, size: spec.nranks, localRank: spec.localRank, device: device,
 		backendName: name, backend: be, boot: boot, log: set.log, check: set.check,
+		set: set, rescue: rescue,
 	}
 	boot.setOnFailure(c.onPeerFailure)
 	boot.setOnPeerClosed(c.onPeerClosed)

@@ -58,6 +58,8 @@ func childMain(mode string) int {
 		return rlimitMain()
 	case "hello":
 		return helloMain()
+	case "split":
+		return splitMain()
 	}
 	fmt.Println("unknown child mode", mode)
 	return 99

@@ -1,0 +1,273 @@
+package comm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// rescuePoint is what a rank opens at init so that Shrink can work when
+// the communicator's bootstrap no longer can (its rank 0 died, or the
+// star failed): a TCP listener on the interface the bootstrap uses, whose
+// address every rank learned at init. Nothing accepts on it until Shrink
+// runs; the kernel queues the survivors' connections meanwhile. A dead
+// rank's listener dies with it, so a survivor that dials it is refused at
+// once instead of waiting. The same init exchange gives every rank's node
+// (for the children's local ranks) and the interface Split's children
+// listen on.
+type rescuePoint struct {
+	ln    net.Listener // nil with one rank, or when listening failed (why)
+	why   string
+	ip    netip.Addr // the interface of this rank's bootstrap connections
+	addrs []string   // every rank's rescue address; "" when it has none
+	nodes []string   // every rank's node key
+	magic uint64     // opens rescue connections; derived from the job's magic
+
+	mu sync.Mutex // one Shrink at a time on a communicator
+
+	// After a failed Shrink on the lowest survivor, a responder tells the
+	// survivors still to come why (respond).
+	rmu      sync.Mutex
+	respStop chan struct{}
+	respDone chan struct{}
+	held     []pendingOpen // connections it keeps for the next Shrink
+	closed   bool
+}
+
+// pendingOpen is a greeted rescue connection.
+type pendingOpen struct {
+	conn   net.Conn
+	rank   int
+	role   byte
+	list   []int
+	expiry *time.Timer // while held
+}
+
+// openRescue listens and exchanges the addresses and node keys; collective
+// (one bootstrap AllGather). Failing to listen is not fatal: the rank has
+// no rescue point and a Shrink that needs it says why.
+func openRescue(ctx context.Context, b *tcpBootstrap) (*rescuePoint, error) {
+	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic)}
+	if b.nranks > 1 {
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(rp.ip, 0).String())
+		if err != nil {
+			rp.why = err.Error()
+			b.log.Warn("goccl: no rescue listener: Shrink will not reach this rank", "rank", b.rank, "err", err)
+		} else {
+			rp.ln = ln
+			b.cleanup = append(b.cleanup, rp.close)
+		}
+	}
+	addr := ""
+	if rp.ln != nil {
+		addr = rp.ln.Addr().String()
+	}
+	all, err := b.AllGather(ctx, encodeRescueInfo(nodeKey(), addr))
+	if err != nil {
+		return nil, fmt.Errorf("goccl: rank %d: exchanging rescue addresses: %w", b.rank, err)
+	}
+	rp.addrs = make([]string, len(all))
+	rp.nodes = make([]string, len(all))
+	for r, x := range all {
+		if rp.nodes[r], rp.addrs[r], err = decodeRescueInfo(x); err != nil {
+			return nil, fmt.Errorf("goccl: rank %d: rank %d's rescue address: %w", b.rank, r, err)
+		}
+	}
+	return rp, nil
+}
+
+// bootstrapIP is this rank's address on its bootstrap connections: the
+// interface through which the job's ranks already reach each other.
+func bootstrapIP(b *tcpBootstrap) netip.Addr {
+	for _, p := range b.peers {
+		if p == nil {
+			continue
+		}
+		if ta, ok := p.conn.LocalAddr().(*net.TCPAddr); ok {
+			if a := ta.AddrPort().Addr().Unmap(); a.IsValid() && a.Zone() == "" {
+				return a
+			}
+		}
+	}
+	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+}
+
+// rescueMagic keeps rescue connections apart from the bootstrap's, under
+// the job's secret.
+func rescueMagic(magic uint64) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], magic)
+	sum := sha256.Sum256(append([]byte("goccl-rescue:"), b[:]...))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// nodeKey names this machine: its hostname and boot id (hostnames repeat
+// across containers, boot ids across reboots do not).
+func nodeKey() string {
+	h, _ := os.Hostname()
+	if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		h += "/" + strings.TrimSpace(string(id))
+	}
+	if len(h) > 255 {
+		h = h[:255]
+	}
+	return h
+}
+
+// Rescue info: node length u8 | node | address.
+func encodeRescueInfo(node, addr string) []byte {
+	out := append([]byte{byte(len(node))}, node...)
+	return append(out, addr...)
+}
+
+func decodeRescueInfo(b []byte) (node, addr string, err error) {
+	if len(b) < 1 || int(b[0]) > len(b)-1 || len(b) > 1+255+64 {
+		return "", "", fmt.Errorf("%w: rescue info of %d bytes", errMalformed, len(b))
+	}
+	node, addr = string(b[1:1+b[0]]), string(b[1+b[0]:])
+	if addr != "" {
+		if _, err := netip.ParseAddrPort(addr); err != nil {
+			return "", "", fmt.Errorf("%w: rescue address %q", errMalformed, printable([]byte(addr)))
+		}
+	}
+	return node, addr, nil
+}
+
+// localRanks numbers each rank of members (parent ranks, in the child's
+// order) among the members on its node.
+func (rp *rescuePoint) localRanks(members []int) []int {
+	seen := map[string]int{}
+	out := make([]int, len(members))
+	for i, r := range members {
+		out[i] = seen[rp.nodes[r]]
+		seen[rp.nodes[r]]++
+	}
+	return out
+}
+
+// respond answers, in the background, each of expected (parent ranks)
+// that dials in with the failed Shrink's list with verdict (a reject
+// payload), until all have been told, the next Shrink starts or the
+// communicator closes. Any other connection (a survivor trying again
+// already) is held for the next Shrink.
+func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected, list []int) {
+	tl, _ := rp.ln.(*net.TCPListener)
+	if len(expected) == 0 || verdict == nil || tl == nil {
+		return
+	}
+	rp.rmu.Lock()
+	defer rp.rmu.Unlock()
+	if rp.closed {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	rp.respStop, rp.respDone = stop, done
+	want := map[int]bool{}
+	for _, r := range expected {
+		want[r] = true
+	}
+	go func() {
+		defer close(done)
+		for len(want) > 0 {
+			conn, err := tl.Accept()
+			if err != nil {
+				return // stopResponder's deadline, or closed
+			}
+			rank, role, theirs, err := readOpening(c, conn)
+			switch {
+			case err != nil:
+				_ = conn.Close()
+			case want[rank] && slices.Equal(theirs, list):
+				_ = writeOnce(conn, kindReject, verdict)
+				_ = conn.Close()
+				delete(want, rank)
+			default:
+				rp.hold(pendingOpen{conn: conn, rank: rank, role: role, list: theirs}, verdict)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+}
+
+// holdFor bounds how long a connection waits for this rank's next
+// Shrink; then its dialer hears the answer it was kept from.
+const holdFor = 5 * time.Second
+
+// hold keeps p for the next Shrink; if none starts within holdFor, p's
+// dialer gets answer (a reject payload). Closed with the communicator.
+func (rp *rescuePoint) hold(p pendingOpen, answer []byte) {
+	rp.rmu.Lock()
+	defer rp.rmu.Unlock()
+	if rp.closed {
+		_ = p.conn.Close()
+		return
+	}
+	p.expiry = time.AfterFunc(holdFor, func() {
+		rp.rmu.Lock()
+		defer rp.rmu.Unlock()
+		for i, h := range rp.held {
+			if h.conn == p.conn {
+				rp.held = slices.Delete(rp.held, i, i+1)
+				_ = writeOnce(p.conn, kindReject, answer)
+				_ = p.conn.Close()
+				return
+			}
+		}
+	})
+	rp.held = append(rp.held, p)
+}
+
+// stopResponder ends the responder and returns the connections it held.
+func (rp *rescuePoint) stopResponder() []pendingOpen {
+	rp.rmu.Lock()
+	stop, done := rp.respStop, rp.respDone
+	rp.respStop, rp.respDone = nil, nil
+	rp.rmu.Unlock()
+	if stop != nil {
+		close(stop)
+		if tl, ok := rp.ln.(*net.TCPListener); ok {
+			_ = tl.SetDeadline(time.Now())
+		}
+		<-done
+	}
+	rp.rmu.Lock()
+	defer rp.rmu.Unlock()
+	held := rp.held
+	rp.held = nil
+	for _, h := range held {
+		h.expiry.Stop() // one that fires now finds nothing held
+	}
+	return held
+}
+
+// close is the bootstrap's cleanup: the listener, the responder and what
+// it held.
+func (rp *rescuePoint) close() {
+	rp.rmu.Lock()
+	rp.closed = true
+	done := rp.respDone
+	rp.rmu.Unlock()
+	_ = rp.ln.Close()
+	if done != nil {
+		<-done
+	}
+	rp.rmu.Lock()
+	for _, p := range rp.held {
+		p.expiry.Stop()
+		_ = p.conn.Close()
+	}
+	rp.held = nil
+	rp.rmu.Unlock()
+}
