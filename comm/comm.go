@@ -132,8 +132,27 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 		}
 		return err
 	}
+	if err := c.closedBefore(a.Seq); err != nil {
+		return c.runFailed(ctx, err)
+	}
 	if err := c.backend.Run(ctx, a); err != nil {
 		return c.runFailed(ctx, err)
+	}
+	return nil
+}
+
+// closedBefore fails call seq at once when a peer closed its communicator
+// after fewer calls: that peer will never join it. One atomic load while
+// no peer has closed. (A backend that implements collectives.PeerCloser
+// also ends the waits of a call already under way.)
+func (c *Comm) closedBefore(seq uint64) error {
+	if !c.boot.anyClosed.Load() {
+		return nil
+	}
+	for r := 0; r < c.size; r++ {
+		if n, ok := c.boot.closedCalls(r); ok && r != c.rank && seq > n {
+			return &collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w before call #%d", collectives.ErrPeerClosed, seq)}
+		}
 	}
 	return nil
 }
