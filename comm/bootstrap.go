@@ -48,6 +48,7 @@ type tcpBootstrap struct {
 	closedAfter []int64
 	onClosed    func(rank int)
 	closedSig   chan struct{} // signalled on every goodbye (one waiter: runFailed)
+	anyClosed   atomic.Bool   // some peer said goodbye
 	calls       atomic.Uint64
 
 	// This rank's own stalls (health.go): lastTick is when the heartbeat

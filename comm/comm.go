@@ -139,6 +139,9 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	if c.log.Enabled(ctx, LevelTrace) {
 		c.trace(ctx, a)
 	}
+	if err := c.closedBefore(a.Seq); err != nil {
+		return c.runFailed(ctx, err)
+	}
 	if err := c.backend.Run(ctx, a); err != nil {
 		return c.runFailed(ctx, err)
 	}
@@ -151,6 +154,22 @@ func (c *Comm) trace(ctx context.Context, a *collectives.Args) {
 	c.log.Log(ctx, LevelTrace, "goccl: call", "rank", c.rank, "seq", a.Seq, "coll", a.Coll.String(),
 		"count", a.Count, "type", a.Type.String(), "op", a.Op.String(), "root", a.Root,
 		"send", fmt.Sprintf("%#x", a.Send), "recv", fmt.Sprintf("%#x", a.Recv), "stream", fmt.Sprintf("%#x", a.Stream))
+}
+
+// closedBefore fails call seq at once when a peer closed its communicator
+// after fewer calls: that peer will never join it. One atomic load while
+// no peer has closed. (A backend that implements collectives.PeerCloser
+// also ends the waits of a call already under way.)
+func (c *Comm) closedBefore(seq uint64) error {
+	if !c.boot.anyClosed.Load() {
+		return nil
+	}
+	for r := 0; r < c.size; r++ {
+		if n, ok := c.boot.closedCalls(r); ok && r != c.rank && seq > n {
+			return &collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w before call #%d", collectives.ErrPeerClosed, seq)}
+		}
+	}
+	return nil
 }
 
 // causeWait bounds how long a rank whose backend stopped on a job-wide

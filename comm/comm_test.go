@@ -280,3 +280,29 @@ func TestCommLifecycleNoLeaks(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= baseG }, "goroutines to return to baseline")
 	assert.Equal(t, baseFD, countFDs(t))
 }
+
+// A peer that closed after fewer calls fails this rank's next call at
+// once, naming it, without reaching a backend that cannot be told of the
+// close; the communicator is then aborted.
+func TestCallAfterPeerClosed(t *testing.T) {
+	ff := &fakeFactory{}
+	comms := initGroup(t, 2, testOpts(ff))
+	ctx := context.Background()
+	for _, c := range comms {
+		for i := 0; i < 2; i++ {
+			require.NoError(t, c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0))
+		}
+	}
+	require.NoError(t, comms[1].Close())
+	fb := ff.get(0)
+	waitFor(t, 10*time.Second, func() bool { return comms[0].boot.hasClosed(1) }, "rank 1's goodbye")
+	err := comms[0].AllReduce(ctx, 8, 8, 4, Float32, Sum, 0)
+	require.ErrorIs(t, err, ErrPeerClosed)
+	require.ErrorIs(t, err, ErrAborted)
+	var pe *PeerError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, 1, pe.Rank)
+	assert.Contains(t, err.Error(), "after call #2, with calls still outstanding on other ranks (rank 0 is in call #3)")
+	assert.Equal(t, 2, fb.runCount(), "the third call never reached the backend")
+	require.ErrorIs(t, comms[0].Err(), ErrAborted)
+}

@@ -194,6 +194,7 @@ func (b *tcpBootstrap) peerClosed(r int, calls int64) {
 		return
 	}
 	b.closedAfter[r] = calls
+	b.anyClosed.Store(true)
 	f := b.onClosed
 	b.closedMu.Unlock()
 	if b.rank == 0 && !b.closing.Load() {

@@ -207,6 +207,11 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 		}
 	}
 	c.boot.calls.Store(c.seq)
+	if len(g.Colls) > 0 || g.Kind != collectives.PlainGroup {
+		if err := c.closedBefore(c.seq); err != nil {
+			return c.runFailed(ctx, err)
+		}
+	}
 	if gr, ok := c.backend.(collectives.GroupRunner); ok {
 		if err := gr.RunGroup(ctx, g); err != nil {
 			return c.runFailed(ctx, err)

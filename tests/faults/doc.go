@@ -44,7 +44,9 @@
 //	10 low fd limit, unmappable segment      TestLowFDLimit, ...Segment      a clean error, nothing leaked
 //	11 a rank closes with calls outstanding  TestPeerClosesEarly(+Launcher)  6 ms from its Close, every survivor:
 //	   on others (one call fewer, exit 0)                                    "peer closed its communicator after
-//	                                                                         call #19 ... (rank 0 is in call #20)"
+//	                                                                         call #19 ... (rank 0 is in call #20)";
+//	                                                                         a later call fails before launching, on
+//	                                                                         any backend (comm's TestCallAfterPeerClosed)
 //	12 a call that goes nowhere on one rank  TestCallNumbers                 2.3 ms from the odd call, every rank:
 //	   (count 0, rejected arguments)                                         "rank 1 is in call #7 (...), rank 0 in
 //	                                                                         #6 (...)"; a skipped call: the surplus
