@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/goccl/goccl/collectives"
@@ -14,6 +15,10 @@ var ErrMismatch = fmt.Errorf("%w: ranks disagree", collectives.ErrInvalidArgumen
 // ErrNotSupported is returned by Register and Alloc when the backend cannot
 // register memory (the host backend).
 var ErrNotSupported = collectives.ErrNotSupported
+
+// ErrSpansNodes is returned by init when the ranks are on more than one
+// machine: goccl's transports reach only the ranks of one node.
+var ErrSpansNodes = errors.New("goccl: ranks on more than one node")
 
 // Errors of the collectives package re-exported so that users import only
 // comm.

@@ -308,8 +308,11 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if factory == nil {
 		factory = defaultBackend
 	}
-	rescue, err := openRescue(ctx, boot)
+	rescue, err := openRescue(ctx, boot, set.hostID)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkOneNode(rescue.nodes, spec.rank); err != nil {
 		return nil, err
 	}
 	be, err := factory(ctx, boot, cfg)

@@ -95,6 +95,7 @@ type settings struct {
 	log        *slog.Logger
 	hbInterval time.Duration
 	factory    BackendFactory
+	hostID     string // GOCCL_HOSTID: names this rank's node in place of hostname and boot id
 }
 
 func (o *Options) env() map[string]string {
@@ -108,6 +109,7 @@ func (o *Options) env() map[string]string {
 func (o *Options) resolve(env map[string]string) (settings, error) {
 	s := settings{backend: o.Backend, device: o.Device, timeout: o.Timeout, transport: o.Transport,
 		algo: o.Algo, check: o.Check, log: o.Logger, hbInterval: o.HeartbeatInterval, factory: o.NewBackend}
+	s.hostID = env["GOCCL_HOSTID"]
 	if s.backend == "" {
 		s.backend = strings.ToLower(env["GOCCL_BACKEND"])
 		if s.backend == "" {

@@ -4,14 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/goccl/goccl/topology"
 )
 
 // rescuePoint is what a rank opens at init so that Shrink can work when
@@ -54,7 +56,7 @@ type pendingOpen struct {
 // openRescue listens and exchanges the addresses and node keys; collective
 // (one bootstrap AllGather). Failing to listen is not fatal: the rank has
 // no rescue point and a Shrink that needs it says why.
-func openRescue(ctx context.Context, b *tcpBootstrap) (*rescuePoint, error) {
+func openRescue(ctx context.Context, b *tcpBootstrap, hostID string) (*rescuePoint, error) {
 	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic)}
 	if b.nranks > 1 {
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(rp.ip, 0).String())
@@ -70,7 +72,7 @@ func openRescue(ctx context.Context, b *tcpBootstrap) (*rescuePoint, error) {
 	if rp.ln != nil {
 		addr = rp.ln.Addr().String()
 	}
-	all, err := b.AllGather(ctx, encodeRescueInfo(nodeKey(), addr))
+	all, err := b.AllGather(ctx, encodeRescueInfo(nodeKey(hostID), addr))
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: exchanging rescue addresses: %w", b.rank, err)
 	}
@@ -109,17 +111,47 @@ func rescueMagic(magic uint64) uint64 {
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
-// nodeKey names this machine: its hostname and boot id (hostnames repeat
-// across containers, boot ids across reboots do not).
-func nodeKey() string {
-	h, _ := os.Hostname()
-	if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		h += "/" + strings.TrimSpace(string(id))
+// nodeKey names this machine (topology.LocalNode: GOCCL_HOSTID when set,
+// else hostname and boot id).
+func nodeKey(hostID string) string {
+	src := topology.OSNodeSource
+	src.Getenv = func(k string) string {
+		if k == "GOCCL_HOSTID" {
+			return hostID
+		}
+		return ""
 	}
-	if len(h) > 255 {
-		h = h[:255]
+	id, _, err := topology.LocalNode(src)
+	if err != nil {
+		return "unknown"
 	}
-	return h
+	return hex.EncodeToString(id[:])
+}
+
+// checkOneNode fails init when the ranks span several machines: goccl's
+// transports (shared memory, IPC handles, VMM fds) reach only the ranks of
+// one node, and no engine between nodes is built in.
+func checkOneNode(nodes []string, rank int) error {
+	var ids []topology.NodeID
+	for _, n := range nodes {
+		var id topology.NodeID
+		if b, err := hex.DecodeString(n); err == nil {
+			copy(id[:], b)
+		} else {
+			copy(id[:], n)
+		}
+		ids = append(ids, id)
+	}
+	groups := topology.Nodes(ids)
+	if len(groups) <= 1 {
+		return nil
+	}
+	var parts []string
+	for k, g := range groups {
+		parts = append(parts, fmt.Sprintf("node %d (%s): ranks %v", k, ids[g[0]], g))
+	}
+	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); goccl reaches only the ranks of one node (set GOCCL_HOSTID alike on every rank if they do share one machine)",
+		ErrSpansNodes, rank, len(groups), strings.Join(parts, "; "))
 }
 
 // Rescue info: node length u8 | node | address.
