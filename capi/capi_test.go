@@ -125,7 +125,7 @@ func TestCAPI(t *testing.T) {
 		np         int
 		want       []string
 	}{
-		{"basic-4-ranks", "basic", 4, []string{"version", "query", "allreduce/float/avg", "allreduce/int8/prod",
+		{"basic-4-ranks", "basic", 4, []string{"layout", "config-initializer", "version", "query", "allreduce/float/avg", "allreduce/int8/prod",
 			"allreduce-inplace/double/min", "reduce/uint64/max", "reducescatter/int32/sum", "broadcast/uint8",
 			"bcast/double", "allgather/int64", "group/two-allreduces-nested", "group/end-without-start",
 			"group/bad-call-fails-group", "group/simulate", "errors/null-comm", "errors/bad-datatype", "errors/bad-op",

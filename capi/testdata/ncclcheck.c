@@ -11,6 +11,7 @@
  * Rank 0's unique id reaches the others through a file in $NCCLCHECK_DIR.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -536,7 +537,23 @@ static void check_split(ncclComm_t comm) {
   MUST(ncclCommDestroy(sub));
 }
 
+/* The structs' layouts on x86-64 as NCCL 2.28 lays them out. */
+static void check_layout(void) {
+  int ok = sizeof(ncclUniqueId) == 128 && sizeof(ncclConfig_t) == 80 && offsetof(ncclConfig_t, magic) == 8 &&
+           offsetof(ncclConfig_t, version) == 12 && offsetof(ncclConfig_t, blocking) == 16 &&
+           offsetof(ncclConfig_t, netName) == 32 && offsetof(ncclConfig_t, splitShare) == 40 &&
+           offsetof(ncclConfig_t, commName) == 48 && offsetof(ncclConfig_t, CTAPolicy) == 60 &&
+           offsetof(ncclConfig_t, nvlinkCentricSched) == 76 && sizeof(ncclSimInfo_t) == 24 &&
+           offsetof(ncclSimInfo_t, estimatedTime) == 16 && sizeof(ncclRedOp_t) == 4 && sizeof(ncclDataType_t) == 4;
+  CHECK("layout", ok, "a struct or enum differs from NCCL 2.28's layout");
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  CHECK("config-initializer", c.size == sizeof c && c.magic == 0xcafebeef && c.version == 22800 &&
+        c.blocking == NCCL_CONFIG_UNDEF_INT && c.netName == NULL && c.nvlinkCentricSched == NCCL_CONFIG_UNDEF_INT,
+        "size %zu magic %x version %u", c.size, c.magic, c.version);
+}
+
 static int mode_basic(void) {
+  check_layout();
   int v = 0;
   MUST(ncclGetVersion(&v));
   CHECK("version", v == NCCL_VERSION_CODE && v == NCCL_VERSION(2, 28, 0), "got %d", v);
