@@ -131,7 +131,7 @@ func TestCAPI(t *testing.T) {
 			"group/bad-call-fails-group", "group/simulate", "errors/null-comm", "errors/bad-datatype", "errors/bad-op",
 			"errors/bad-root", "errors/null-buffer", "errors/bad-peer", "errors/garbage-comm", "errors/bad-unique-id",
 			"errors/bad-rank", "errors/bad-config-magic", "errors/bad-config-blocking", "errors/revoke-unimplemented",
-			"errors/premulsum", "errors/device-api", "errors/error-strings", "errors/comm-sound-after",
+			"errors/premulsum", "errors/premulsum-op-rejected", "errors/premulsum-op-destroy", "errors/device-api", "errors/error-strings", "errors/comm-sound-after",
 			"mem/alloc-aligned", "mem/register", "mem/collective-on-registered", "mem/deregister-twice", "destroy-twice"}},
 		{"basic-3-ranks", "basic", 3, []string{"allreduce/float/avg", "allreduce/int32/avg", "reducescatter/uint32/prod"}},
 		{"nonblocking", "nonblocking", 3, []string{"nonblocking/init-returns", "nonblocking/ready", "nonblocking/allreduce", "config/old-version"}},

@@ -427,13 +427,15 @@ PALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t wi
 /* A pre-multiplied sum needs a kernel that scales each rank's input on the
  * device before the sum; goccl's kernels have no such operator, and
  * scaling the caller's device buffer from the host is not possible. The
- * call fails rather than hand out an operator that would reduce wrongly. */
+ * call fails rather than hand out an operator that would reduce wrongly,
+ * and the operator it leaves makes every collective given it fail too. */
 EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t dt, ncclScalarResidence_t residence,
                                              ncclComm_t comm) {
   (void)scalar;
   (void)dt;
   (void)residence;
   if (!op) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum", "op is NULL");
+  *op = (ncclRedOp_t)GOCCL_REDOP_NO_PREMULSUM;
   if (!comm) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum", "comm is NULL");
   return fail(ncclInvalidUsage, "ncclRedOpCreatePreMulSum",
               "pre-multiplied sums are not supported by goccl's kernels; scale the input and use ncclSum, or use ncclAvg");
@@ -442,6 +444,7 @@ PALIAS(ncclResult_t, ncclRedOpCreatePreMulSum, (ncclRedOp_t * op, void* scalar, 
 
 EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   (void)comm;
+  if ((int)op == GOCCL_REDOP_NO_PREMULSUM) return ncclSuccess; /* what a failed create left */
   if ((int)op >= 0 && (int)op < ncclNumOps) {
     return fail(ncclInvalidArgument, "ncclRedOpDestroy", "op %d is a built-in operator", (int)op);
   }

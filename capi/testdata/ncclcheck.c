@@ -454,6 +454,13 @@ static void check_errors(ncclComm_t comm) {
   r = ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, comm);
   e = ncclGetLastError(comm);
   CHECK("errors/premulsum", r == ncclInvalidUsage && has(e, "ncclRedOpCreatePreMulSum"), "got %d, %s", r, e);
+  /* A caller that ignores the failure and uses the operator gets an error,
+   * not a plain sum. */
+  r = ncclAllReduce(x, y, 8, ncclFloat, op, comm, NULL);
+  e = ncclGetLastError(comm);
+  CHECK("errors/premulsum-op-rejected", r == ncclInvalidArgument && has(e, "ncclRedOpCreatePreMulSum"), "got %d, %s", r, e);
+  r = ncclRedOpDestroy(op, comm);
+  CHECK("errors/premulsum-op-destroy", r == ncclSuccess, "got %d", r);
   r = ncclRedOpDestroy(ncclSum, comm);
   CHECK("errors/redop-destroy-builtin", r == ncclInvalidArgument, "got %d", r);
   r = ncclDevCommCreate(comm, NULL, NULL);

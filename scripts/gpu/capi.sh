@@ -123,9 +123,10 @@ nt() {
   # Data rows: size count type redop root time algbw busbw #wrong (out of
   # place) time algbw busbw #wrong (in place).
   local wrong small large
-  wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { w += ($9 ~ /^[0-9]+$/ ? $9 : 0) + ($13 ~ /^[0-9]+$/ ? $13 : 0); n++ } END { print (n ? w : "-") }' "$log")
-  small=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $6; exit }' "$log")
-  large=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { t = $6 } END { print t }' "$log")
+  # Counted from the end: hypercube's rows have no redop column.
+  wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 12 { a = $(NF-4); b = $NF; w += (a ~ /^[0-9]+$/ ? a : 0) + (b ~ /^[0-9]+$/ ? b : 0); n++ } END { print (n ? w : "-") }' "$log")
+  small=$(awk '$1 ~ /^[0-9]+$/ && NF >= 12 { print $(NF-7); exit }' "$log")
+  large=$(awk '$1 ~ /^[0-9]+$/ && NF >= 12 { t = $(NF-7) } END { print t }' "$log")
   local note=""
   if [ "$expect" = nccl ]; then
     note="$(grep -m1 -o "nccl-library=[0-9]*" "$log"); "
@@ -135,9 +136,9 @@ nt() {
   if [ $rc -eq 0 ] && [ "$wrong" = 0 ] && grep -q "Out of bounds values : 0 OK" "$log"; then
     note+="ok"
   elif [ "$expect" = fail ]; then
-    note+="expected (no GPU point-to-point in this build): $(grep -m1 -iE 'error|failed|not supported' "$log" | cut -c1-90)"
+    note+="expected (no GPU point-to-point in this build): $(grep -m1 -iE 'failure|error|failed' "$log" | cut -c1-90)"
   else
-    note+="FAILED: $(grep -m1 -iE 'error|failed|wrong' "$log" | cut -c1-90)"
+    note+="FAILED: $(grep -m1 -iE 'failure|error|failed|wrong' "$log" | cut -c1-90)"
     bad=1
   fi
   row "$name" "$rc" "${wrong:--}" "${small:--}" "${large:--}" "$((SECONDS - t0))" "$note"
