@@ -95,6 +95,16 @@ row "torch.distributed nccl, 2 ranks" "$trc" - - - "$((SECONDS - t0))" "${tsum:-
 if grep "RESULT" "$LOGS/torch.results" | grep -v " PASS" | grep -vqE "all_to_all_single|batch_isend_irecv"; then bad=1; fi
 [ -n "$tsum" ] || bad=1
 
+# PyTorch's non-blocking communicators (ncclInProgress, polled with
+# ncclCommGetAsyncError), on the collectives only.
+t0=$SECONDS
+TORCH_NCCL_USE_COMM_NONBLOCKING=1 NCCL_CAPI_ONLY=all_reduce/ LD_PRELOAD=$NH/lib/libnccl.so.2 timeout 120 \
+  python3 -m torch.distributed.run --standalone --nproc_per_node=2 "$TORCH_TEST" >"$LOGS/torch-nonblocking.log" 2>&1
+nrc=$?
+nsum=$(grep -m1 -o "TORCH [0-9]*/[0-9]*" "$LOGS/torch-nonblocking.log")
+row "torch nccl, non-blocking comms" "$nrc" - - - "$((SECONDS - t0))" "${nsum:-no summary}"
+[ $nrc -eq 0 ] || bad=1
+
 if [ -n "${build_pid:-}" ]; then
   wait "$build_pid"
   rc=$?
@@ -153,9 +163,16 @@ if [ -x "$BIN/all_reduce_perf" ]; then
   grep -h -m1 "NCCL C API library" "$LOGS"/*.log | head -1
   for t in "${COLL[@]:1}"; do nt "$t 1 proc" ok 60 "$BIN/${t}_perf" "${SIZES[@]}" -g 1; done
   for t in "${COLL[@]}"; do nt "$t mpirun -np 2, GPU 0" ok 90 "${MPI[@]}" -np 2 "$BIN/${t}_perf" "${SIZES[@]}"; done
-  nt "all_reduce mpirun -np 4, GPU 0" ok 120 "${MPI[@]}" -np 4 "$BIN/all_reduce_perf" "${SIZES[@]}"
-  nt "all_reduce -np 2 -G 20 (graphs)" ok 120 "${MPI[@]}" -np 2 "$BIN/all_reduce_perf" "${SIZES[@]}" -G 20
-  nt "all_gather -np 2 -R 1 (registered)" ok 90 "${MPI[@]}" -np 2 "$BIN/all_gather_perf" "${SIZES[@]}" -R 1
+  for t in "${COLL[@]}"; do nt "$t mpirun -np 4, GPU 0" ok 120 "${MPI[@]}" -np 4 "$BIN/${t}_perf" "${SIZES[@]}"; done
+  for t in "${COLL[@]}"; do nt "$t -np 2 -G 20 (graphs)" ok 120 "${MPI[@]}" -np 2 "$BIN/${t}_perf" "${SIZES[@]}" -G 20; done
+  for t in all_reduce all_gather; do nt "$t -np 2 -R 1 (registered)" ok 90 "${MPI[@]}" -np 2 "$BIN/${t}_perf" "${SIZES[@]}" -R 1; done
+  # Other types and operators (float/sum above).
+  for dop in "half max" "bfloat16 avg" "int8 prod" "double min" "int64 sum" "uint8 max"; do
+    set -- $dop
+    nt "all_reduce -np 2 -d $1 -o $2" ok 90 "${MPI[@]}" -np 2 "$BIN/all_reduce_perf" "${SIZES[@]}" -d "$1" -o "$2"
+  done
+  nt "reduce_scatter -np 2 -d bfloat16 -o avg" ok 90 "${MPI[@]}" -np 2 "$BIN/reduce_scatter_perf" "${SIZES[@]}" -d bfloat16 -o avg
+  nt "reduce -np 2 -d int32 -o min" ok 90 "${MPI[@]}" -np 2 "$BIN/reduce_perf" "${SIZES[@]}" -d int32 -o min
   nt "all_reduce -np 4 SPLIT=MOD2" ok 120 "${MPI[@]}" -np 4 -x NCCL_TESTS_SPLIT="MOD 2" "$BIN/all_reduce_perf" "${SIZES[@]}"
   if [ "$NGPU" -ge 2 ]; then
     nt "all_reduce -t 2 (2 GPUs)" ok 90 env -u NCCL_TESTS_DEVICE "$BIN/all_reduce_perf" "${SIZES[@]}" -t 2
@@ -179,12 +196,14 @@ else
   bad=1
 fi
 
-echo
-echo "== PyTorch checks (rank lines, deduplicated)"
-cat "$LOGS/torch.results"
-echo
-echo "capi summary ($NGPU x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"
-printf '%-40s %5s %7s %10s %10s %7s  %s\n' step rc wrong "t(8B) us" "t(1M) us" time note
-printf '%s\n' "${rows[@]}"
-if [ $bad -eq 0 ]; then echo "capi: PASS"; else echo "capi: FAIL"; fi
+{
+  echo
+  echo "== PyTorch checks (rank lines, deduplicated)"
+  cat "$LOGS/torch.results"
+  echo
+  echo "capi summary ($NGPU x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"
+  printf '%-40s %5s %7s %10s %10s %7s  %s\n' step rc wrong "t(8B) us" "t(1M) us" time note
+  printf '%s\n' "${rows[@]}"
+  if [ $bad -eq 0 ]; then echo "capi: PASS"; else echo "capi: FAIL"; fi
+} | tee "$LOGS/summary.txt"
 exit $bad

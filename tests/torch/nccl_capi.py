@@ -12,7 +12,8 @@ computes from every rank's input: each rank regenerates all ranks' inputs
 from their seeds and reduces them on the CPU in float64. Each check prints
 one line "RESULT <name> PASS|FAIL|ERROR <detail>"; rank 0 prints the
 summary "TORCH <passed>/<total>" last, and the exit status is non-zero when
-a check did not pass. Checks that need point-to-point calls run last, so
+a check did not pass. NCCL_CAPI_ONLY=TEXT runs the checks whose names hold
+TEXT. Checks that need point-to-point calls run last, so
 that a backend without them does not hide the other results.
 """
 import ctypes
