@@ -164,6 +164,17 @@ func TestCAPIAbort(t *testing.T) {
 	})
 }
 
+// Communicators made and destroyed many times leave no descriptors behind.
+func TestCAPICycles(t *testing.T) {
+	_, bin := build(t)
+	cmd := exec.Command(bin, "cycles", "1000")
+	cmd.Env = append(os.Environ(), "GOCCL_BACKEND=host", "RANK=0", "WORLD_SIZE=1", "NCCLCHECK_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "ok cycles/fds")
+	require.Contains(t, string(out), "ok cycles/memory")
+}
+
 // GOCCL_DEBUG=INFO names the library and its version.
 func TestCAPIInfoLog(t *testing.T) {
 	_, bin := build(t)

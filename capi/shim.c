@@ -178,6 +178,7 @@ typedef int (*cu_int_fn)(int*);
 typedef int (*cu_alloc_fn)(unsigned long long*, size_t);
 typedef int (*cu_free_fn)(unsigned long long);
 typedef int (*cu_ctx_fn)(void**);
+typedef int (*cu_rt_alloc_fn)(void**, size_t);
 
 /* libcuda only when the program already loaded it: a program that never
  * touched CUDA has no current device and gets host memory. */
@@ -218,15 +219,25 @@ EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc", "ptr is NULL");
   if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc", "size is 0");
   *ptr = NULL;
-  void* cur = NULL;
-  cu_ctx_fn getctx = host_backend_forced() ? NULL : (cu_ctx_fn)cuda_sym("cuCtxGetCurrent");
-  if (getctx && getctx(&cur) == 0 && cur) {
-    cu_alloc_fn alloc = (cu_alloc_fn)cuda_sym("cuMemAlloc_v2");
-    unsigned long long dp = 0;
-    int r = alloc ? alloc(&dp, size) : -1;
-    if (r != 0) return fail(ncclUnhandledCudaError, "ncclMemAlloc", "cuMemAlloc of %zu bytes failed: CUDA error %d", size, r);
-    *ptr = (void*)(uintptr_t)dp;
-    return ncclSuccess;
+  if (!host_backend_forced()) {
+    void* cur = NULL;
+    cu_ctx_fn getctx = (cu_ctx_fn)cuda_sym("cuCtxGetCurrent");
+    if (getctx && getctx(&cur) == 0 && cur) {
+      cu_alloc_fn alloc = (cu_alloc_fn)cuda_sym("cuMemAlloc_v2");
+      unsigned long long dp = 0;
+      int r = alloc ? alloc(&dp, size) : -1;
+      if (r != 0) return fail(ncclUnhandledCudaError, "ncclMemAlloc", "cuMemAlloc of %zu bytes failed: CUDA error %d", size, r);
+      *ptr = (void*)(uintptr_t)dp;
+      return ncclSuccess;
+    }
+    /* A CUDA program with no context current yet: the runtime makes the
+     * device's primary context, as its own cudaMalloc would. */
+    cu_rt_alloc_fn rtalloc = (cu_rt_alloc_fn)dlsym(RTLD_DEFAULT, "cudaMalloc");
+    if (rtalloc) {
+      int r = rtalloc(ptr, size);
+      if (r != 0) return fail(ncclUnhandledCudaError, "ncclMemAlloc", "cudaMalloc of %zu bytes failed: CUDA error %d", size, r);
+      return ncclSuccess;
+    }
   }
   struct host_alloc* a = malloc(sizeof *a);
   void* p = NULL;

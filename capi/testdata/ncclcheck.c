@@ -6,7 +6,7 @@
  * input, with poisoned outputs; it prints "ok NAME", "skip NAME: why" or
  * "FAIL NAME: why" per check and exits 1 when a check failed.
  *
- *   ncclcheck basic | nonblocking | abort | abortthread | initall | bench N
+ *   ncclcheck basic | nonblocking | abort | abortthread | initall | cycles N | bench N
  *
  * Rank 0's unique id reaches the others through a file in $NCCLCHECK_DIR.
  */
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "nccl.h"
@@ -720,6 +721,55 @@ static int mode_initall(void) {
   return failures;
 }
 
+static int open_fds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  int n = 0;
+  if (!d) return -1;
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+static long rss_kib(void) {
+  long pages = 0, resident = 0;
+  FILE* f = fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* One rank: n communicators made, used and destroyed (every fourth
+ * aborted) leave the process's descriptors as they were and its memory
+ * about where it was. */
+static int mode_cycles(long n) {
+  float x[16], y[16];
+  for (int i = 0; i < 16; i++) x[i] = (float)i;
+  int fds0 = -1;
+  long rss0 = 0;
+  for (long c = 0; c < n; c++) {
+    ncclUniqueId id;
+    ncclComm_t comm;
+    MUST(ncclGetUniqueId(&id));
+    MUST(ncclCommInitRank(&comm, 1, id, 0));
+    MUST(ncclAllReduce(x, y, 16, ncclFloat, ncclSum, comm, NULL));
+    ncclWindow_t w;
+    MUST(ncclCommWindowRegister(comm, y, sizeof y, &w, NCCL_WIN_DEFAULT));
+    MUST(ncclCommWindowDeregister(comm, w));
+    if (c % 4 == 3) MUST(ncclCommAbort(comm));
+    else MUST(ncclCommDestroy(comm));
+    if (c == 9) {
+      fds0 = open_fds();
+      rss0 = rss_kib();
+    }
+  }
+  int fds1 = open_fds();
+  long rss1 = rss_kib();
+  CHECK("cycles/fds", fds1 == fds0, "%d descriptors after %ld cycles, %d after 10", fds1, n, fds0);
+  CHECK("cycles/memory", rss1 - rss0 < 64 * 1024, "RSS grew from %ld to %ld KiB", rss0, rss1);
+  return failures;
+}
+
 static double now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -752,6 +802,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(mode, "abort")) fails = mode_abort();
   else if (!strcmp(mode, "abortthread")) fails = mode_abortthread();
   else if (!strcmp(mode, "initall")) fails = mode_initall();
+  else if (!strcmp(mode, "cycles")) fails = mode_cycles(argc > 2 ? atol(argv[2]) : 1000);
   else if (!strcmp(mode, "bench")) fails = mode_bench(argc > 2 ? atol(argv[2]) : 100000);
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
