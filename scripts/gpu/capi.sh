@@ -126,7 +126,7 @@ nt() {
     row "$name" - - - - 0 "skipped: past the script's deadline"
     return
   fi
-  log=$LOGS/$(echo "$name" | tr ' /,=' '____').log
+  log=$LOGS/$(echo "$name" | tr ' /,=' '____' | tr -d "()'").log
   local t0=$SECONDS
   timeout "$to" "$@" >"$log" 2>&1
   local rc=$?
@@ -202,7 +202,7 @@ fi
   cat "$LOGS/torch.results"
   echo
   echo "capi summary ($NGPU x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"
-  printf '%-40s %5s %7s %10s %10s %7s  %s\n' step rc wrong "t(8B) us" "t(1M) us" time note
+  printf '%-40s %5s %7s %10s %10s %7s  %s\n' step rc wrong "t(8B) us" "t(max) us" time note
   printf '%s\n' "${rows[@]}"
   if [ $bad -eq 0 ]; then echo "capi: PASS"; else echo "capi: FAIL"; fi
 } | tee "$LOGS/summary.txt"
