@@ -111,6 +111,17 @@ func goccl_group_new() C.uint64_t {
 // groupOf is the group of id gid (a thread's, from goccl_group_new).
 func groupOf(gid C.uint64_t) *group { return groups.get(uintptr(gid)) }
 
+// goccl_group_failed records a call of the thread's group that failed
+// before reaching the Go side (or on it), so that the group's end reports
+// it as NCCL's does.
+//
+//export goccl_group_failed
+func goccl_group_failed(gid C.uint64_t, code C.int) {
+	if g := groupOf(gid); g != nil {
+		g.failed(code)
+	}
+}
+
 func (g *group) failed(code C.int) {
 	if g.code == ncclSuccess {
 		g.code = code
@@ -196,6 +207,7 @@ func goccl_group_end(gid C.uint64_t, simulate C.int) C.int {
 	// forms them all together (they were started when called).
 	inProgress := false
 	var initErr error
+	var formed []*commHandle
 	for _, h := range pending {
 		if !h.blocking {
 			inProgress = inProgress || !h.formed.Load()
@@ -205,7 +217,11 @@ func goccl_group_end(gid C.uint64_t, simulate C.int) C.int {
 		if h.err != nil && initErr == nil {
 			initErr = h.err
 		}
+		if h.err == nil && h.c != nil && !h.orphan {
+			formed = append(formed, h)
+		}
 	}
+	newClique(formed)
 	for _, w := range windows {
 		<-w.ready
 		if w.err != nil && initErr == nil {

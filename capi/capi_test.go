@@ -135,7 +135,7 @@ func TestCAPI(t *testing.T) {
 			"mem/alloc-aligned", "mem/register", "mem/collective-on-registered", "mem/deregister-twice", "destroy-twice"}},
 		{"basic-3-ranks", "basic", 3, []string{"allreduce/float/avg", "allreduce/int32/avg", "reducescatter/uint32/prod"}},
 		{"nonblocking", "nonblocking", 3, []string{"nonblocking/init-returns", "nonblocking/ready", "nonblocking/allreduce", "config/old-version"}},
-		{"initall", "initall", 1, []string{"initall/group-allreduce", "initall/ranks", "group-init/allreduce"}},
+		{"initall", "initall", 1, []string{"initall/group-allreduce", "initall/ranks", "group-init/allreduce", "group-init/bad-rank-fails-group"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

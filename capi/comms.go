@@ -33,6 +33,10 @@ type commHandle struct {
 	// communicator only once calls in progress (woken by an abort) return.
 	mu   sync.RWMutex
 	dead bool
+
+	orphan   bool        // no handle was given out (a split's NCCL_SPLIT_NOCOLOR)
+	clique   *clique     // the ranks formed with it by one thread, if any
+	released atomic.Bool // finalized or destroyed: its close was asked for
 }
 
 var comms = registry[commHandle]{tag: tagComm}
@@ -190,12 +194,15 @@ func goccl_comm_init_all(out *C.uintptr_t, ndev C.int, devlist *C.int, host C.in
 		return fail(fn, err)
 	}
 	outs := unsafe.Slice(out, int(ndev))
+	hs := make([]*commHandle, len(cs))
 	for i, c := range cs {
 		h := &commHandle{ready: make(chan struct{}), c: c, blocking: true, cancel: func() {}}
 		h.formed.Store(true)
 		close(h.ready)
+		hs[i] = h
 		outs[i] = C.uintptr_t(comms.add(h))
 	}
+	newClique(hs)
 	return ncclSuccess
 }
 
@@ -232,6 +239,7 @@ func goccl_comm_split(hc C.uintptr_t, color, key C.int, out *C.uintptr_t, blocki
 	if col == comm.NoColor {
 		// This rank joins no communicator, yet takes part in the split.
 		comms.take(hv)
+		h.orphan = true
 		*out = 0
 		if gid != 0 {
 			groupOf(gid).pending = append(groupOf(gid).pending, h)
@@ -284,14 +292,14 @@ func goccl_comm_shrink(hc C.uintptr_t, exclude *C.int, nexclude C.int, out *C.ui
 //export goccl_comm_finalize
 func goccl_comm_finalize(hc C.uintptr_t) C.int {
 	const fn = "ncclCommFinalize"
-	h, c, code := lookup(fn, hc)
+	h, _, code := lookup(fn, hc)
 	if code != ncclSuccess {
 		return code
 	}
-	defer h.mu.RUnlock()
+	h.mu.RUnlock()
 	// Close waits for the peers (goccl's Close is collective on a healthy
 	// communicator); ncclCommDestroy then frees the handle only.
-	if err := c.Close(); err != nil {
+	if err := closeAll(h.release(false)); err != nil {
 		return fail(fn, err)
 	}
 	return ncclSuccess
@@ -311,18 +319,11 @@ func goccl_comm_destroy(hc C.uintptr_t, abort C.int) C.int {
 		h.cancel() // an init in progress stops
 	}
 	h.wait()
-	if h.c == nil {
-		return ncclSuccess // its init failed: nothing to release
-	}
-	if abort != 0 {
+	if abort != 0 && h.c != nil {
 		// Wakes every call in progress on it, on any thread.
 		h.c.Abort(errors.New("ncclCommAbort"))
 	}
-	h.mu.Lock()
-	h.dead = true
-	h.mu.Unlock()
-	h.cancel()
-	if err := h.c.Close(); err != nil && abort == 0 {
+	if err := closeAll(h.release(abort != 0)); err != nil && abort == 0 {
 		return fail(fn, err)
 	}
 	return ncclSuccess

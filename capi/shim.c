@@ -108,6 +108,13 @@ static inline uint64_t cur_group(void) {
   return tl_gid;
 }
 
+/* A failed init, split, shrink or window registration inside a group also
+ * fails the group's end. */
+static ncclResult_t in_group(ncclResult_t r) {
+  if (r != ncclSuccess && r != ncclInProgress && tl_depth > 0) goccl_group_failed(cur_group(), r);
+  return r;
+}
+
 EXPORT ncclResult_t ncclGroupStart(void) {
   tl_depth++;
   return ncclSuccess;
@@ -300,19 +307,19 @@ static ncclResult_t init_rank(const char* fn, ncclComm_t* comm, int nranks, nccl
 }
 
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, &id, 1, rank, NULL);
+  return in_group(init_rank("ncclCommInitRank", comm, nranks, &id, 1, rank, NULL));
 }
 PALIAS(ncclResult_t, ncclCommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId id, int rank))
 
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, &id, 1, rank, config);
+  return in_group(init_rank("ncclCommInitRankConfig", comm, nranks, &id, 1, rank, config));
 }
 PALIAS(ncclResult_t, ncclCommInitRankConfig, (ncclComm_t * comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config))
 
 EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int nid, ncclUniqueId* ids,
                                              ncclConfig_t* config) {
   if (nid < 1 || !ids) return fail(ncclInvalidArgument, "ncclCommInitRankScalable", "nId = %d with commIds %p: want at least one id", nid, (void*)ids);
-  return init_rank("ncclCommInitRankScalable", comm, nranks, ids, nid, rank, config);
+  return in_group(init_rank("ncclCommInitRankScalable", comm, nranks, ids, nid, rank, config));
 }
 PALIAS(ncclResult_t, ncclCommInitRankScalable, (ncclComm_t * comm, int nranks, int rank, int nid, ncclUniqueId* ids, ncclConfig_t* config))
 
@@ -333,7 +340,7 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
   uintptr_t h = 0;
   r = (ncclResult_t)goccl_comm_split((uintptr_t)comm, color, key, &h, config ? blocking : -1, cur_group());
   *newcomm = (ncclComm_t)h;
-  return r;
+  return in_group(r);
 }
 PALIAS(ncclResult_t, ncclCommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config))
 
@@ -353,7 +360,7 @@ EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclude, 
   uintptr_t h = 0;
   r = (ncclResult_t)goccl_comm_shrink((uintptr_t)comm, exclude, nexclude, &h, config ? blocking : -1, flags, cur_group());
   *newcomm = (ncclComm_t)h;
-  return r;
+  return in_group(r);
 }
 PALIAS(ncclResult_t, ncclCommShrink, (ncclComm_t comm, int* exclude, int nexclude, ncclComm_t* newcomm, ncclConfig_t* config, int flags))
 
@@ -424,7 +431,7 @@ EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t s
   uintptr_t h = 0;
   ncclResult_t r = (ncclResult_t)goccl_window_register((uintptr_t)comm, (uintptr_t)buff, size, &h, cur_group());
   *win = (ncclWindow_t)h;
-  return r;
+  return in_group(r);
 }
 PALIAS(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int flags))
 

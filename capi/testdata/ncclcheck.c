@@ -717,6 +717,12 @@ static int mode_initall(void) {
   MUST(ncclGroupStart());
   for (int r = 0; r < N; r++) MUST(ncclCommDestroy(more[r]));
   MUST(ncclGroupEnd());
+  /* A bad init inside a group fails the call and the group's end. */
+  ncclComm_t badc;
+  MUST(ncclGroupStart());
+  ncclResult_t r1 = ncclCommInitRank(&badc, 2, id, 9);
+  ncclResult_t r2 = ncclGroupEnd();
+  CHECK("group-init/bad-rank-fails-group", r1 == ncclInvalidArgument && r2 == ncclInvalidArgument, "call %d, end %d", r1, r2);
   for (int r = 0; r < N; r++) MUST(ncclCommDestroy(comms[r]));
   return failures;
 }
