@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ func build(t testing.TB) (lib, bin string) {
 		built.lib = filepath.Join(built.dir, "libnccl.so.2")
 		built.bin = filepath.Join(built.dir, "ncclcheck")
 		exports, _ := filepath.Abs("exports.map")
-		gob := exec.Command("go", "build", "-buildmode=c-shared",
+		gob := exec.Command(goTool(), "build", "-buildmode=c-shared",
 			"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+exports+"'",
 			"-o", built.lib, ".")
 		if out, err := gob.CombinedOutput(); err != nil {
@@ -58,6 +59,19 @@ func build(t testing.TB) (lib, bin string) {
 	})
 	require.NoError(t, built.err)
 	return built.lib, built.bin
+}
+
+// goTool is the go command of the toolchain running the tests.
+func goTool() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func TestMain(m *testing.M) {
