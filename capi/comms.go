@@ -156,10 +156,13 @@ func settle(fn string, h *commHandle, hv uintptr, out *C.uintptr_t, gid C.uint64
 	}
 	if !h.blocking {
 		*out = C.uintptr_t(hv)
-		if h.formed.Load() {
-			return resultOf(h.err)
+		if !h.formed.Load() {
+			return ncclInProgress
 		}
-		return ncclInProgress
+		if h.err != nil {
+			return fail(fn, h.err)
+		}
+		return ncclSuccess
 	}
 	h.wait()
 	if h.err != nil {
@@ -172,7 +175,7 @@ func settle(fn string, h *commHandle, hv uintptr, out *C.uintptr_t, gid C.uint64
 }
 
 //export goccl_comm_init_all
-func goccl_comm_init_all(out *C.uintptr_t, ndev C.int, devlist *C.int, host C.int) C.int {
+func goccl_comm_init_all(out *C.uintptr_t, ndev C.int, devlist *C.int) C.int {
 	const fn = "ncclCommInitAll"
 	logLibrary()
 	devs := make([]int, int(ndev))

@@ -327,7 +327,7 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devl
   if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll", "comm is NULL");
   if (ndev < 1) return fail(ncclInvalidArgument, "ncclCommInitAll", "ndev = %d, want at least 1", ndev);
   for (int i = 0; i < ndev; i++) comms[i] = NULL;
-  return (ncclResult_t)goccl_comm_init_all((uintptr_t*)comms, ndev, (int*)devlist, host_backend_forced());
+  return (ncclResult_t)goccl_comm_init_all((uintptr_t*)comms, ndev, (int*)devlist);
 }
 PALIAS(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int* devlist))
 
