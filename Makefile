@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 NP        ?= 4
 BENCH_ARGS ?= all_reduce -b 8 -e 64M -f 4
 
-.PHONY: build test lint bench kernels gpu-build clean
+.PHONY: build test lint bench kernels gpu-build clean libnccl
 
 build:
 	$(GO) build -o $(BIN)/goccl ./cmd/goccl
@@ -18,6 +18,17 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# libnccl.so.2: goccl behind NCCL's C API (include/nccl.h), for programs
+# that link NCCL or load it with LD_PRELOAD. Only nccl*/pnccl* are exported.
+LIBDIR ?= build/lib
+libnccl:
+	mkdir -p $(LIBDIR)
+	$(GO) build -buildmode=c-shared -trimpath \
+		-ldflags "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script=$(CURDIR)/capi/exports.map'" \
+		-o $(LIBDIR)/libnccl.so.2 ./capi
+	rm -f $(LIBDIR)/libnccl.so.h
+	ln -sf libnccl.so.2 $(LIBDIR)/libnccl.so
+
 # The main job: the benchmark through the launcher (host backend where no
 # GPU exists).
 bench: build
@@ -28,4 +39,4 @@ kernels:
 	bash kernels/build.sh
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build
