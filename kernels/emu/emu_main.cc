@@ -17,6 +17,10 @@
 // unchanged, that nothing outside its buffers was written (canaries), and
 // buffers end at an inaccessible page.
 //
+// The point-to-point kernel (p2p.cu) has its scenarios in emu_p2p.cc
+// (p2p2, p2pring, p2pall, p2pabort, p2pmismatch; its header says what each
+// covers).
+//
 // The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
 // push, land and spread streams that emu_ce_streams.cc models after
 // collectives/gpu/cereduce.go) have scenarios of their own: ce2, ce3, ce4
@@ -33,6 +37,7 @@
 // flag must end them all).
 //
 // Build (kernels/emu_test.go does this in TestKernelsOnCPU), from kernels/:
+//   (p2p.cu is compiled inside emu/emu_p2p.cc)
 //   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu ll.cu cereduce.cu emu/*.cc; do
 //     g++ -std=c++17 -O0 -DGOCCL_EMU -pthread -I. -include emu/cuda_emu.h -x c++ -c $f -o /tmp/emu/${f#*/}.o
 //   done && g++ -pthread -o /tmp/emu/emu /tmp/emu/*.o
@@ -724,6 +729,15 @@ int main(int argc, char** argv) {
     if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
     ran++;
     ok = run_scenario(s, o) && ok;
+  }
+  for (const std::string& group : p2p_groups()) {
+    if (list) {
+      printf("%s\n", group.c_str());
+      continue;
+    }
+    if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
+    ran++;
+    ok = p2p_run_group(group, o) && ok;
   }
   for (const std::string& group : ce_groups()) {
     if (list) {
