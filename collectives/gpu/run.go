@@ -14,6 +14,9 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	if be.aborted.Load() {
 		return be.abortErr()
 	}
+	if err := be.kernelError(); err != nil {
+		return err
+	}
 	if a.Count == 0 {
 		return nil
 	}
