@@ -69,6 +69,7 @@ var emuScenarios = []struct {
 	{"p2pall", true},
 	{"p2pabort", true},
 	{"p2pmismatch", true},
+	{"callskip", true},
 	{"ce2", false},
 	{"ce3", true},
 	{"ce4", true},

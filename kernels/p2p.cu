@@ -17,7 +17,7 @@
 //   s: waits ready >= k (d is in this op, so no earlier kernel of d still
 //      reads the slots), writes its count and sready = k into d's record;
 //   both compare the counts. They differ: each side writes the error
-//      record the host reads (kP2PErrOffset beside the abort flag) and
+//      record the host reads (kErrOffset beside the abort flag) and
 //      raises its abort flag, before any byte moved;
 //   s: chunk n (counted over the channel's life) goes into slot n % depth
 //      once consumed >= n + 1 - depth, then posted = n + 1 (release);
@@ -35,8 +35,6 @@ constexpr int kP2PMaxChannels = 16; // blocks of one lane
 constexpr int kP2PLaneOps = kP2PMaxOps / kP2PMaxLanes;  // per lane and launch (the host splits longer lanes)
 constexpr u64 kP2POffset = 40 << 10;                     // records in the signal area
 constexpr u64 kP2PRecordBytes = 64;
-constexpr u64 kP2PClaimOffset = kP2POffset + kMaxRanks * kP2PMaxChannels * kP2PRecordBytes;
-constexpr u64 kP2PErrOffset = 32;   // error record, in bytes from the abort flag
 constexpr u64 kP2PMinChunk = 2048;  // a chunk is at least this (or a slot)
 
 // Record fields (byte offsets): written by the peer as sender to this rank,
@@ -74,7 +72,7 @@ static_assert(__builtin_offsetof(P2PParams, lanes) == 304, "P2PParams.lanes move
 static_assert(__builtin_offsetof(P2PParams, ops) == 432, "P2PParams.ops moved: update collectives/gpu/p2p.go");
 static_assert(sizeof(P2PLane) == 8 && sizeof(P2POp) == 24, "P2P descriptors changed size: update collectives/gpu/p2p.go");
 static_assert(sizeof(P2PParams) == 3504, "P2PParams changed size: update collectives/gpu/p2p.go");
-static_assert(kP2PClaimOffset + 4 <= (96 << 10), "p2p records overlap the LL epochs (ll.cu)");
+static_assert(kP2POffset + kMaxRanks * kP2PMaxChannels * kP2PRecordBytes <= kErrClaimOffset, "p2p records overlap the error claim");
 static_assert(kP2POffset >= kCECountOffset + 4 * kCESlots, "p2p records overlap the copy-engine counters");
 
 // Chunking of an op of `bytes`: the same on both sides of a pair, as it
@@ -105,18 +103,25 @@ __device__ __forceinline__ char* p2p_slot(const P2PParams& q, int d, int s, u32 
   return (char*)p.peerStaging[d] + half * halfBytes + ((u64)s * p.blockSlots + j) * p.slotBytes;
 }
 
-// p2p_mismatch records the first disagreement this rank saw (peer, this
-// rank's direction: 0 Send, 1 Recv; both byte counts) where the host reads
-// it, and aborts this rank's kernels. Thread 0 only.
+// p2p_mismatch reports a pair whose byte counts disagree (this rank's
+// direction as the code) and aborts this rank's kernels. Thread 0 only.
 __device__ void p2p_mismatch(const Params& p, int peer, u32 dir, u64 mine, u64 theirs) {
-  if (atom_add_acq_rel_gpu((u32*)(p.signals + kP2PClaimOffset), 1) == 0) {
-    char* e = (char*)p.abortFlag + kP2PErrOffset;
-    st8(e + 8, mine);
-    st8(e + 16, theirs);
-    st_release_sys((u32*)e, 1u | dir << 1 | (u32)peer << 8);
-  }
-  st_release_sys((u32*)p.abortFlag, 1);
+  report_error(p, dir == 0 ? kErrSendBytes : kErrRecvBytes, peer, mine, theirs);
 }
+
+// Verdict hands thread 0's outcome of a wait to the whole block through a
+// barrier. Its two words alternate, so thread 0 rewrites one only after
+// every thread passed the barrier that followed its read of it, and every
+// thread leaves at the same check.
+struct Verdict {
+  int* s;
+  u32 turn;
+  __device__ bool share(bool ok0) {
+    if (threadIdx.x == 0) s[turn & 1] = ok0;
+    bar_sync();
+    return s[turn++ & 1] != 0;
+  }
+};
 
 // Each lane function returns false when the block stopped early (abort or
 // mismatch); its counters are then left behind, as the communicator is done.
@@ -125,32 +130,31 @@ __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
   const u32* abortp = (const u32*)p.abortFlag;
   char* mine = record(p.signals, lane.peer, ch);
   char* theirs = record(p.peerSignals[lane.peer], p.rank, ch);
-  __shared__ int s_ok;
+  __shared__ int s_ok[2];
+  Verdict v{s_ok, 0};
   u32 ops = *(volatile u32*)word(mine, kRecSendOps), chunks = *(volatile u32*)word(mine, kRecSendChunks);
   for (u32 o = 0; o < lane.n; o++) {
     const P2POp& op = q.ops[lane.first + o];
     ops++;
+    bool ok = true;
     if (threadIdx.x == 0) {
-      s_ok = wait_flag(word(mine, kRecRReady), ops, abortp);
-      if (s_ok) {
+      ok = wait_flag(word(mine, kRecRReady), ops, abortp);
+      if (ok) {
         st8(theirs + kRecSBytes, op.bytes);
         st_release_sys(word(theirs, kRecSReady), ops);
         const u64 want = ld8(mine + kRecRBytes);
         if (want != op.bytes) {
           p2p_mismatch(p, lane.peer, 0, op.bytes, want);
-          s_ok = 0;
+          ok = false;
         }
       }
     }
-    bar_sync();
-    if (!s_ok) return false;
+    if (!v.share(ok)) return false;
     const Chunks c(q, op.bytes);
     const u32 mineN = c.of(ch, q.channels);
     for (u32 k = 0; k < mineN; k++) {
       const u32 n = chunks + k;
-      if (threadIdx.x == 0) s_ok = wait_flag(word(mine, kRecConsumed), n + 1 - depth, abortp);
-      bar_sync();
-      if (!s_ok) return false;
+      if (!v.share(threadIdx.x != 0 || wait_flag(word(mine, kRecConsumed), n + 1 - depth, abortp))) return false;
       const u64 g = ch + (u64)k * q.channels;
       copy1(p2p_slot(q, lane.peer, p.rank, ch, depth, n % depth), (const char*)op.src + g * c.size, c.len(g, op.bytes));
       bar_sync();
@@ -159,9 +163,7 @@ __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
     chunks += mineN;
   }
   // The staging is free again only when the receiver has read it all.
-  if (threadIdx.x == 0) s_ok = wait_flag(word(mine, kRecConsumed), chunks, abortp);
-  bar_sync();
-  if (!s_ok) return false;
+  if (!v.share(threadIdx.x != 0 || wait_flag(word(mine, kRecConsumed), chunks, abortp))) return false;
   if (threadIdx.x == 0) {
     *(volatile u32*)word(mine, kRecSendOps) = ops;
     *(volatile u32*)word(mine, kRecSendChunks) = chunks;
@@ -174,32 +176,31 @@ __device__ bool p2p_recv(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
   const u32* abortp = (const u32*)p.abortFlag;
   char* mine = record(p.signals, lane.peer, ch);
   char* theirs = record(p.peerSignals[lane.peer], p.rank, ch);
-  __shared__ int s_ok;
+  __shared__ int s_ok[2];
+  Verdict v{s_ok, 0};
   u32 ops = *(volatile u32*)word(mine, kRecRecvOps), chunks = *(volatile u32*)word(mine, kRecRecvChunks);
   for (u32 o = 0; o < lane.n; o++) {
     const P2POp& op = q.ops[lane.first + o];
     ops++;
+    bool ok = true;
     if (threadIdx.x == 0) {
       st8(theirs + kRecRBytes, op.bytes);
       st_release_sys(word(theirs, kRecRReady), ops);
-      s_ok = wait_flag(word(mine, kRecSReady), ops, abortp);
-      if (s_ok) {
+      ok = wait_flag(word(mine, kRecSReady), ops, abortp);
+      if (ok) {
         const u64 sent = ld8(mine + kRecSBytes);
         if (sent != op.bytes) {
           p2p_mismatch(p, lane.peer, 1, op.bytes, sent);
-          s_ok = 0;
+          ok = false;
         }
       }
     }
-    bar_sync();
-    if (!s_ok) return false;
+    if (!v.share(ok)) return false;
     const Chunks c(q, op.bytes);
     const u32 mineN = c.of(ch, q.channels);
     for (u32 k = 0; k < mineN; k++) {
       const u32 n = chunks + k;
-      if (threadIdx.x == 0) s_ok = wait_flag(word(mine, kRecPosted), n + 1, abortp);
-      bar_sync();
-      if (!s_ok) return false;
+      if (!v.share(threadIdx.x != 0 || wait_flag(word(mine, kRecPosted), n + 1, abortp))) return false;
       const u64 g = ch + (u64)k * q.channels;
       copy1((char*)op.dst + g * c.size, p2p_slot(q, p.rank, lane.peer, ch, depth, n % depth), c.len(g, op.bytes));
       bar_sync();

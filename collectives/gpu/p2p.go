@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/cuda"
@@ -37,21 +35,16 @@ const (
 
 	p2pOffset      = 40 << 10 // kP2POffset: records in the signal area
 	p2pRecordBytes = 64
-	p2pClaimOff    = p2pOffset + maxRanks*p2pMaxChannels*p2pRecordBytes
-	// p2pErrOff is the kernels' error record, in bytes from the abort
-	// flag in host-pinned memory: word (1 | dir<<1 | peer<<8), then this
-	// rank's byte count at +8 and the peer's at +16.
-	p2pErrOff = 32
 
 	laneSend = 0
 	laneRecv = 1
 	laneCopy = 2
 )
 
-// The p2p records lie between the copy-engine counters and the LL epochs.
+// The p2p records lie between the copy-engine counters and the error claim.
 var (
 	_ [p2pOffset - (ceFlagOff + ceFlagBytes + ceCountBytes)]struct{}
-	_ [llEpochOff - (p2pClaimOff + 4)]struct{}
+	_ [errClaimOff - (p2pOffset + maxRanks*p2pMaxChannels*p2pRecordBytes)]struct{}
 )
 
 type p2pParams [p2pParamSize]byte
@@ -260,34 +253,4 @@ func (st *p2pState) fill(ops []collectives.P2P, rank, nranks, lo int) int {
 	}
 	binary.LittleEndian.PutUint32(q[offP2PNLanes:], uint32(nl))
 	return nl
-}
-
-// kernelError reports a point-to-point pair whose counts disagreed, which
-// a kernel of this rank recorded beside the abort flag (and then raised
-// the flag, so every kernel after it returned at once): the communicator
-// is aborted with an error naming the peer and both counts.
-func (be *Backend) kernelError() error {
-	be.abortMu.Lock()
-	h := be.abortHost
-	var w uint32
-	var mine, theirs uint64
-	if h != nil {
-		w = atomic.LoadUint32((*uint32)(unsafe.Add(h, p2pErrOff)))
-		mine = atomic.LoadUint64((*uint64)(unsafe.Add(h, p2pErrOff+8)))
-		theirs = atomic.LoadUint64((*uint64)(unsafe.Add(h, p2pErrOff+16)))
-	}
-	be.abortMu.Unlock()
-	if w == 0 {
-		return nil
-	}
-	peer := int(w >> 8 & 0xff)
-	mineK, theirK := "Send to", "Recv from"
-	if w&2 != 0 {
-		mineK, theirK = "Recv from", "Send to"
-	}
-	err := &collectives.PeerError{Rank: peer, Cause: fmt.Errorf(
-		"gpu backend: rank %d's %s rank %d has %d bytes, rank %d's matching %s rank %d has %d: %w",
-		be.rank, mineK, peer, mine, peer, theirK, be.rank, theirs, collectives.ErrInvalidCount)}
-	be.Abort(err)
-	return be.abortErr()
 }

@@ -35,7 +35,7 @@ func TestP2PParamsMatchKernel(t *testing.T) {
 	for name, want := range map[string]string{
 		"int kP2PMaxOps": strconv.Itoa(p2pMaxOps), "int kP2PMaxLanes": strconv.Itoa(p2pMaxLanes),
 		"int kP2PMaxChannels": strconv.Itoa(p2pMaxChannels), "u64 kP2POffset": "40 << 10",
-		"u64 kP2PRecordBytes": strconv.Itoa(p2pRecordBytes), "u64 kP2PErrOffset": strconv.Itoa(p2pErrOff),
+		"u64 kP2PRecordBytes": strconv.Itoa(p2pRecordBytes),
 	} {
 		m := regexp.MustCompile(`constexpr ` + name + ` = ([^;]+);`).FindStringSubmatch(string(src))
 		require.NotNil(t, m, name)
@@ -44,6 +44,33 @@ func TestP2PParamsMatchKernel(t *testing.T) {
 	assert.Equal(t, 40<<10, p2pOffset)
 	assert.LessOrEqual(t, p2pChannels, p2pMaxChannels)
 	assert.LessOrEqual(t, 2*(maxRanks-1)+1, p2pMaxLanes, "every lane of 8 ranks fits one launch")
+}
+
+// The error record, its claim and the call numbers' slots are where the
+// kernels put them.
+func TestKernelErrorLayoutMatches(t *testing.T) {
+	for _, tc := range []struct {
+		file, decl, want string
+	}{
+		{"common.cuh", "u64 kErrOffset", strconv.Itoa(errOff)},
+		{"common.cuh", "u64 kErrClaimOffset", "48 << 10"},
+		{"common.cuh", "u64 kSeqOffset", "18 << 10"},
+		{"ll.cu", "u64 kLLSeqOffset", "97 << 10"},
+	} {
+		src, err := os.ReadFile("../../kernels/" + tc.file)
+		require.NoError(t, err)
+		m := regexp.MustCompile(`constexpr ` + tc.decl + ` = ([^;]+);`).FindStringSubmatch(string(src))
+		require.NotNil(t, m, tc.decl)
+		assert.Equal(t, tc.want, m[1], tc.decl)
+	}
+	assert.Equal(t, 48<<10, errClaimOff)
+	assert.Equal(t, 18<<10, seqOff)
+	assert.Equal(t, 97<<10, llSeqOff)
+	src, err := os.ReadFile("../../kernels/common.cuh")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`enum ErrCode : u32 \{ kErrSendBytes = (\d), kErrRecvBytes = (\d), kErrCall = (\d) \};`).FindStringSubmatch(string(src))
+	require.NotNil(t, m, "common.cuh's ErrCode")
+	assert.Equal(t, []string{strconv.Itoa(errSendBytes), strconv.Itoa(errRecvBytes), strconv.Itoa(errCall)}, m[1:])
 }
 
 // ---- a model of goccl_p2p over the fake driver's launches ----
@@ -355,36 +382,58 @@ func TestP2PGroupLocalErrors(t *testing.T) {
 	}
 }
 
-// A pair whose counts disagreed, as the kernel records it beside the abort
-// flag, fails the next call of either kind, naming the peer and both counts.
-func TestP2PKernelMismatchReported(t *testing.T) {
+// What a kernel records beside the abort flag (a pair whose counts
+// disagreed, ranks in calls of different numbers) fails the next call of
+// either kind, naming the peer and both values, and nothing is launched.
+func TestKernelErrorsReported(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		word uint32
-		text string
+		name         string
+		word         uint32
+		mine, theirs uint64
+		want         error
+		peer         bool // a PeerError naming the peer
+		text         string
 	}{
-		{"as sender", 1 | 2<<8, "rank 1's Send to rank 2 has 400 bytes, rank 2's matching Recv from rank 1 has 404"},
-		{"as receiver", 1 | 2 | 0<<8, "rank 1's Recv from rank 0 has 400 bytes, rank 0's matching Send to rank 1 has 404"},
+		{"send bytes", 1 | errSendBytes<<1 | 2<<8, 400, 404, collectives.ErrInvalidCount, true,
+			"rank 1's Send to rank 2 has 400 bytes, rank 2's matching Recv from rank 1 has 404"},
+		{"recv bytes", 1 | errRecvBytes<<1 | 0<<8, 400, 404, collectives.ErrInvalidCount, true,
+			"rank 1's Recv from rank 0 has 400 bytes, rank 0's matching Send to rank 1 has 404"},
+		{"call numbers", 1 | errCall<<1 | 2<<8, 7, 8, collectives.ErrCallMismatch, false,
+			"rank 1's call 7 met rank 2 in its call 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bes, drvs, _ := newFakeBackends(t, 3, Config{})
 			be := bes[1]
 			h := be.abortHost
-			*(*uint64)(unsafe.Add(h, p2pErrOff+8)) = 400
-			*(*uint64)(unsafe.Add(h, p2pErrOff+16)) = 404
-			*(*uint32)(unsafe.Add(h, p2pErrOff)) = tc.word
+			*(*uint64)(unsafe.Add(h, errOff+8)) = tc.mine
+			*(*uint64)(unsafe.Add(h, errOff+16)) = tc.theirs
+			*(*uint32)(unsafe.Add(h, errOff)) = tc.word
 			args := collectives.Args{Coll: collectives.AllReduce, Send: 1 << 30, Recv: 2 << 30, Count: 10, Type: collectives.Float32}
 			err := be.Run(context.Background(), &args)
-			require.ErrorIs(t, err, collectives.ErrInvalidCount)
+			require.ErrorIs(t, err, tc.want)
 			require.ErrorIs(t, err, collectives.ErrAborted)
 			var pe *collectives.PeerError
-			require.True(t, errors.As(err, &pe))
+			assert.Equal(t, tc.peer, errors.As(err, &pe))
 			assert.Contains(t, err.Error(), tc.text)
 			err = be.RunGroup(context.Background(), &collectives.Group{P2P: []collectives.P2P{
 				{Kind: collectives.SendOp, Peer: 0, Buf: 0x1000, Count: 1, Type: collectives.Float32}}})
-			require.ErrorIs(t, err, collectives.ErrInvalidCount)
+			require.ErrorIs(t, err, tc.want)
 			assert.Empty(t, drvs[1].launches)
 		})
+	}
+}
+
+// The call's number reaches the kernels (Params.seq), which compare it
+// between ranks.
+func TestCallNumberReachesKernels(t *testing.T) {
+	bes, drvs, _ := newFakeBackends(t, 2, Config{})
+	for _, seq := range []uint64{1, 2, 1 << 40} {
+		drvs[0].launches = nil
+		args := collectives.Args{Coll: collectives.AllReduce, Send: 1 << 30, Recv: 2 << 30, Count: 1 << 20,
+			Type: collectives.Float32, Seq: seq}
+		require.NoError(t, bes[0].Run(context.Background(), &args))
+		require.Len(t, drvs[0].launches, 1)
+		assert.Equal(t, seq, u64at(drvs[0].launches[0].params, offSeq))
 	}
 }
 

@@ -19,7 +19,9 @@
 //
 // The point-to-point kernel (p2p.cu) has its scenarios in emu_p2p.cc
 // (p2p2, p2pring, p2pall, p2pabort, p2pmismatch; its header says what each
-// covers).
+// covers), and so has callskip: ranks that meet in calls of different
+// numbers, which every staged kernel and LL must report (every launch here
+// carries its call number too, so that no scenario may report one falsely).
 //
 // The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
 // push, land and spread streams that emu_ce_streams.cc models after
@@ -627,6 +629,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
     p.flags = 0;
     p.elemSize = (u32)l.es;
     p.llOffset = c.llOffset;
+    p.seq = li + 1;  // every launch checks the peers' call numbers (common.cuh)
     if (l.delayRank == me) usleep((useconds_t)l.delayUs);
     emu_set_slow(l.delayRank == me && l.delaySlow ? 100 : 0);
     emu_set_dyn_smem(l.smem);

@@ -18,7 +18,8 @@
 // and 4 ranks, self sends), p2pall (all pairs at once at 3, 4 and 8 ranks,
 // with repeats past one launch's share of a lane), p2pabort (a rank never
 // comes; the abort flag ends every wait), p2pmismatch (a pair's counts
-// disagree, also 0 against 1).
+// disagree, also 0 against 1), callskip (ranks that meet in calls of
+// different numbers, in every staged collective and LL: see below).
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -56,6 +57,7 @@ struct Scenario {
   uint64_t slotBytes;
   std::vector<Group> groups;
   int missing = -1;  // p2pabort: this rank never launches; it raises every abort flag instead
+  uint64_t minData = 0;  // data region bytes at least (callskip)
 };
 
 uint64_t rup(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
@@ -167,11 +169,11 @@ std::vector<Scenario> scenarios(uint64_t seed) {
 // ---- memory ------------------------------------------------------------------------
 
 // Comm: per rank a control page (abort flag, error record), a workspace
-// (signals, two staging halves) and a data region, each followed by an
-// inaccessible page.
+// (signals, two staging halves, the LL lines) and a data region, each
+// followed by an inaccessible page.
 struct Comm {
   int n = 0;
-  uint64_t wsBytes = 0, dataBytes = 0;
+  uint64_t wsBytes = 0, dataBytes = 0, llOffset = 0;
   char* base = nullptr;
   size_t size = 0;
   char* ctl[goccl::kMaxRanks] = {};
@@ -207,8 +209,10 @@ uint64_t layout(const Group& g, int n, std::vector<Place>& out) {
 bool comm_create(Comm& c, const Scenario& s) {
   const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
   c.n = s.nranks;
-  c.wsBytes = rup(kSignalSize + 2ull * c.n * s.slots * s.slotBytes, pg);
+  c.llOffset = 2ull * c.n * s.slots * s.slotBytes;
+  c.wsBytes = rup(kSignalSize + c.llOffset + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
   std::vector<Place> pl;
+  c.dataBytes = s.minData;
   for (const Group& g : s.groups) c.dataBytes = std::max(c.dataBytes, layout(g, c.n, pl));
   c.dataBytes = rup(c.dataBytes, pg);
   c.size = c.n * (3 * pg + c.wsBytes + c.dataBytes + 3 * pg);
@@ -343,8 +347,8 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
       continue;
     }
     // The error record: set exactly when this rank is in the bad pair.
-    const u32 ew = *(u32*)(c.ctl[me] + goccl::kP2PErrOffset);
-    const u64 emine = *(u64*)(c.ctl[me] + goccl::kP2PErrOffset + 8), etheirs = *(u64*)(c.ctl[me] + goccl::kP2PErrOffset + 16);
+    const u32 ew = *(u32*)(c.ctl[me] + goccl::kErrOffset);
+    const u64 emine = *(u64*)(c.ctl[me] + goccl::kErrOffset + 8), etheirs = *(u64*)(c.ctl[me] + goccl::kErrOffset + 16);
     if (bad) {
       const bool send = bad->src == me;
       const int peer = send ? bad->dst : bad->src;
@@ -427,11 +431,91 @@ bool run_scenario(const Scenario& s, const EmuOptions& o) {
   return ok;
 }
 
+// ---- call numbers (common.cuh's Ctx::barrier, ll.cu) ------------------------
+
+// callskip: each staged family and LL at 2 and 3 ranks. Every rank makes
+// call 1; then rank 1 makes call 3 (it skipped call 2: left it out, or its
+// count was 0 so nothing launched) while the others make call 2, with the
+// same arguments, so that the flags alone would pair them. Every kernel
+// must return, and every rank must record kErrCall naming a rank that met
+// it in another call, with both numbers, and raise its abort flag.
+constexpr uint64_t kSkipCount = 1000;  // float32 elements
+
+int skip_rank(const Comm& c, const Scenario& s, int fam, int me, const EmuOptions& o) {
+  const int n = s.nranks;
+  char* send = c.data[me];
+  char* recv = c.data[me] + rup(n * kSkipCount * 4, 4096);
+  for (uint64_t i = 0; i < n * kSkipCount; i++) {
+    const float v = (float)(me + 1) + (float)i * 0.5f;
+    memcpy(send + 4 * i, &v, 4);
+  }
+  const uint64_t seqs[2] = {1, me == 1 ? 3u : 2u};
+  for (int li = 0; li < 2; li++) {
+    goccl::Params p{};
+    p.send = (u64)send;
+    p.recv = (u64)recv;
+    p.count = kSkipCount;
+    p.abortFlag = (u64)c.ctl[me];
+    p.signals = (u64)c.ws[me];
+    for (int r = 0; r < n; r++) {
+      p.peerSignals[r] = (u64)c.ws[r];
+      p.peerStaging[r] = (u64)c.ws[r] + kSignalSize;
+    }
+    p.slotBytes = s.slotBytes;
+    p.blockSlots = (u32)s.slots;
+    p.shareBytes = 16;
+    p.rank = me;
+    p.nranks = n;
+    p.root = 0;
+    p.elemSize = 4;
+    p.llOffset = c.llOffset;
+    p.seq = seqs[li];
+    char label[160];
+    snprintf(label, sizeof label, "%s call %llu (%s) rank %d", s.name.c_str(), (unsigned long long)p.seq, kFamilyName[fam], me);
+    const int rc = emu_launch(kernel_for(fam, kF32, kSum), p, fam == kARL ? 1 : 2, 16, o.timeout, label);
+    if (rc != kExitOK) {
+      printf("EMU-FATAL %s: %s\n", label, rc == kExitTimeout ? "timed out" : "crashed");
+      return rc;
+    }
+  }
+  const u32 ew = *(u32*)(c.ctl[me] + goccl::kErrOffset);
+  const u64 mine = *(u64*)(c.ctl[me] + goccl::kErrOffset + 8), theirs = *(u64*)(c.ctl[me] + goccl::kErrOffset + 16);
+  const u32 abortv = *(volatile u32*)c.ctl[me];
+  const int peer = (int)(ew >> 8);
+  const bool peerOK = me == 1 ? peer != 1 && peer < n : peer == 1;
+  const u64 wm = me == 1 ? 3 : 2, wt = me == 1 ? 2 : 3;
+  if ((ew & 0xff) != (1u | goccl::kErrCall << 1) || !peerOK || mine != wm || theirs != wt || abortv != 1) {
+    printf("FAIL %s rank %d: error record %#x (peer %d) mine=%llu theirs=%llu abort=%u, want code %u, mine=%llu theirs=%llu\n",
+           s.name.c_str(), me, ew, peer, (unsigned long long)mine, (unsigned long long)theirs, abortv,
+           1u | goccl::kErrCall << 1, (unsigned long long)wm, (unsigned long long)wt);
+    return kExitCheck;
+  }
+  printf("%s rank %d: call %llu met rank %d in call %llu: reported\n", s.name.c_str(), me, (unsigned long long)mine, peer,
+         (unsigned long long)theirs);
+  return kExitOK;
+}
+
+bool run_callskip(const EmuOptions& o) {
+  bool ok = true;
+  for (int n : {2, 3})
+    for (int fam = 0; fam < kNumFamilies; fam++) {
+      Scenario s = base("", "callskip", n, 4, 1, 16, 1024);
+      s.name = std::string("callskip") + std::to_string(n) + "-" + kFamilyName[fam];
+      s.minData = 2 * rup(n * kSkipCount * 4, 4096);
+      Comm c;
+      if (!comm_create(c, s)) return false;
+      ok = emu_run_ranks(n, [&](int r) { return skip_rank(c, s, fam, r, o); }, [&] { dump(c, s); }, s.name, 2, "calls") && ok;
+      munmap(c.base, c.size);
+    }
+  return ok;
+}
+
 }  // namespace
 
-std::vector<std::string> p2p_groups() { return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch"}; }
+std::vector<std::string> p2p_groups() { return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch", "callskip"}; }
 
 bool p2p_run_group(const std::string& group, const EmuOptions& o) {
+  if (group == "callskip") return run_callskip(o);
   bool ok = true;
   for (const Scenario& s : scenarios(o.seed))
     if (s.group == group) ok = run_scenario(s, o) && ok;

@@ -9,8 +9,11 @@
 # 1Mi+3, all pairs in reverse order with repeats, AllToAll, AllToAllv,
 # Gather, Scatter, a ring in a CUDA graph replayed with new inputs), the
 # same at 2 over ipc, a pair whose counts disagree (both ranks must fail
-# with ErrInvalidCount). It prints a table last and exits non-zero on any
-# failure.
+# with ErrInvalidCount), ranks that meet in calls of different numbers
+# (every rank must fail with ErrCallMismatch) and, where $B has it, the
+# collectives' conformance at 2 ranks. It prints a table last and exits
+# non-zero on any failure. GOCCL_P2P_ONLY=REGEX runs only the steps whose
+# names match (grep -E), and make kernels.
 set -u
 . "$(dirname "$0")/env.sh" gpu-p2p
 KERNELS=0
@@ -28,6 +31,9 @@ SECONDS=0
 step() {
   local name=$1 limit=$2 log="$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9_.-' _).log" t0=$SECONDS rc cases failed
   shift 2
+  if [ -n "${GOCCL_P2P_ONLY:-}" ] && [ "$name" != "make kernels" ] && ! grep -qE -- "$GOCCL_P2P_ONLY" <<<"$name"; then
+    return 0
+  fi
   echo "=== $name: $*"
   timeout -k 5 "$limit" "$@" >"$log" 2>&1
   rc=$?
@@ -62,12 +68,21 @@ if [ $KERNELS = 1 ]; then
   fi
 fi
 nvidia-smi -L
-step "kernels in-process (gpu.test)" 150 "$B/gpu.test" -test.run 'GPUP2P|GPUCollectives|GPUGraphReplay' -test.v
+step "kernels in-process (gpu.test)" 150 "$B/gpu.test" -test.run GPU -test.v
 for n in 2 3 4; do
   step "p2pgpu, $n procs" 180 "$B/goccl" run -np $n "$B/p2pgpu"
 done
 step "p2pgpu, 2 procs, ipc" 150 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "$B/p2pgpu" -replays 5
 step "p2pgpu, counts disagree, 2 procs" 120 bash -c 'out=$("$0" run -np 2 "$1" -mode mismatch 2>&1); echo "$out"; [ "$(grep -c "mismatch: PASS" <<<"$out")" = 2 ]' "$B/goccl" "$B/p2pgpu"
+# Ranks in calls of different numbers: rank 1 makes an AllReduce (LL at
+# 4 KB, staged at 4 MiB) with count 0; every rank must fail.
+for m in "2 1000" "2 1048576" "3 1000"; do
+  set -- $m
+  step "p2pgpu, count0 x $2, $1 procs" 120 bash -c 'out=$("$0" run -np "$2" "$1" -mode count0 -count "$3" 2>&1); echo "$out"; [ "$(grep -c ": PASS" <<<"$out")" = "$2" ]' "$B/goccl" "$B/p2pgpu" "$1" "$2"
+done
+if [ -x "$B/conformance" ]; then
+  step "collectives conformance, 2 procs" 200 "$B/goccl" run -np 2 "$B/conformance" --backend gpu --graph 20 --stress 300
+fi
 
 echo
 echo "point-to-point summary ($(nvidia-smi -L | grep -c '^GPU') x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"

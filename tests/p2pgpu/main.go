@@ -16,7 +16,14 @@
 //     new inputs;
 //   - mismatch (-mode mismatch, last, as it ends the communicator): rank 0
 //     sends 100 elements to rank 1, which expects 101: both ranks must get
-//     an error wrapping ErrInvalidCount, within the time bound.
+//     an error wrapping ErrInvalidCount, within the time bound;
+//   - count0 (-mode count0, in a job of its own): four AllReduces of
+//     -count float32, of which rank 1 makes the second with count 0: it
+//     takes its number but launches nothing, so rank 1's third call meets
+//     the others' second. Every rank must fail, within the time bound,
+//     with an error wrapping ErrCallMismatch that names both numbers (or,
+//     when a peer's failure reached it first, that peer's error, whose
+//     text names them).
 //
 // It prints "p2pgpu: rank R: <case>: PASS|FAIL ..." lines and
 // "p2pgpu: rank R: N cases, F failed", and exits 1 on any failure.
@@ -29,6 +36,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/goccl/goccl/collectives"
@@ -149,7 +157,8 @@ func (r *rig) check(seed uint64, xs []xfer) error {
 }
 
 func main() {
-	mode := flag.String("mode", "all", "all | mismatch")
+	mode := flag.String("mode", "all", "all | mismatch | count0")
+	count := flag.Int("count", 1000, "elements of the count0 AllReduces")
 	replays := flag.Int("replays", 20, "graph replays")
 	flag.Parse()
 	ctx := context.Background()
@@ -169,9 +178,12 @@ func main() {
 		os.Exit(1)
 	}
 	r := &rig{c: c, sp: sp, me: c.Rank(), n: c.Size()}
-	if *mode == "mismatch" {
+	switch *mode {
+	case "mismatch":
 		r.mismatch(ctx)
-	} else {
+	case "count0":
+		r.count0(ctx, *count)
+	default:
 		r.all(ctx, *replays)
 		if err := c.Close(); err != nil {
 			r.report("close", err)
@@ -457,5 +469,46 @@ func (r *rig) mismatch(ctx context.Context) {
 	default:
 		fmt.Printf("p2pgpu: rank %d: mismatch error after %s: %v\n", r.me, took.Round(time.Millisecond), err)
 		r.report("mismatch", nil)
+	}
+}
+
+// count0: rank 1 makes the second of four AllReduces with count 0.
+// (A call left out altogether cannot be told by numbers: the ranks'
+// numbers then agree call by call, and only the last call finds no peer.)
+func (r *rig) count0(ctx context.Context, count int) {
+	name := fmt.Sprintf("count0 x %d", count)
+	buf, err := r.sp.Alloc(4 * count)
+	if err != nil {
+		r.report(name, err)
+		return
+	}
+	if err := r.sp.Fill(buf, 0, 4*count, 0); err != nil {
+		r.report(name, err)
+		return
+	}
+	t0 := time.Now()
+	for call := 1; call <= 4 && err == nil; call++ {
+		n := count
+		if call == 2 && r.me == 1 {
+			n = 0
+		}
+		if err = r.c.AllReduce(ctx, buf.Ptr, buf.Ptr, n, comm.Float32, comm.Sum, r.sp.Stream()); err == nil {
+			err = r.sp.Sync(ctx)
+		}
+	}
+	took := time.Since(t0)
+	// Rank 1's third call met the others' second.
+	numbers := regexp.MustCompile(`rank (\d)'s call (2|3) met rank (\d) in its call (2|3)\b`)
+	switch {
+	case err == nil:
+		r.report(name, errors.New("no error though rank 1 made call 2 with count 0"))
+	case !errors.Is(err, collectives.ErrCallMismatch) && !numbers.MatchString(err.Error()):
+		r.report(name, fmt.Errorf("error neither wraps ErrCallMismatch nor names both call numbers: %w", err))
+	case took > 60*time.Second:
+		r.report(name, fmt.Errorf("error after %s: %w", took, err))
+	default:
+		fmt.Printf("p2pgpu: rank %d: %s: error after %s (wraps ErrCallMismatch: %v): %v\n", r.me, name,
+			took.Round(time.Millisecond), errors.Is(err, collectives.ErrCallMismatch), err)
+		r.report(name, nil)
 	}
 }
