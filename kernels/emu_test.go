@@ -171,6 +171,13 @@ func TestKernelsOnCPU(t *testing.T) {
 			want: []string{"FAIL cedirect call 1: ce_allreduce f32 sum count=31", "rank=1: result: first wrong index 28",
 				"rank=1: reduced event: first wrong index 0 (1 wrong): got 0xffffffe9, want 0xffffffea", "FAIL cedirect: 2 calls"},
 		},
+		{
+			// Rank 1's first received byte flipped after the launch: the
+			// point-to-point check compares every byte of the region.
+			name: "a wrong received byte is reported",
+			args: []string{"-run", "p2p2", "-inject", "p2pcorrupt"},
+			want: []string{"FAIL p2p2 group 0 rank 1: 1 wrong bytes", "(recv of transfer ", "FAIL p2p2: 40 transfers"},
+		},
 	}
 	for _, c := range negative {
 		t.Run(c.name, func(t *testing.T) {

@@ -47,7 +47,8 @@
 //   emu -list                     scenario names, one a line
 //   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject fault]
 //
-// -inject breaks one thing on purpose: corrupt flips a bit of a result,
+// -inject breaks one thing on purpose: corrupt flips a bit of a result
+// (p2pcorrupt: of rank 1's first received buffer, p2p scenarios),
 // hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
 // reuse staging slots without waiting for the reader to free them (ce
 // scenarios; call 0 has a slow reader, so its results come out wrong),

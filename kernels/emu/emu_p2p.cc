@@ -341,6 +341,12 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
         return rc;
       }
     }
+    if (o.inject == "p2pcorrupt" && gi == 0 && me == 1)  // one received byte: the check must notice
+      for (size_t i = 0; i < g.t.size(); i++)
+        if (g.t[i].dst == me && g.t[i].rcount > 0) {
+          d[pl[i].roff] ^= 1;
+          break;
+        }
     const u32 abortv = __atomic_load_n((u32*)c.ctl[me], __ATOMIC_SEQ_CST);
     if (s.missing >= 0) {
       printf("aborted %s rank %d: returned\n", s.name.c_str(), me);
