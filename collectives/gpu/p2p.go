@@ -80,6 +80,11 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	if err := be.kernelError(); err != nil {
 		return err
 	}
+	// What this rank can check alone fails the group before anything of
+	// it is enqueued.
+	if err := checkP2P(g.P2P, be.rank, be.nranks); err != nil {
+		return err
+	}
 	for i := range g.Colls {
 		if err := be.Run(ctx, &g.Colls[i]); err != nil {
 			return err
@@ -97,9 +102,7 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		return collectives.ErrClosed
 	}
 	st := &be.p2p
-	if err := st.sort(g.P2P, be.rank, be.nranks); err != nil {
-		return err
-	}
+	st.sort(g.P2P, be.nranks)
 	main := cuda.Stream(g.P2P[0].Stream)
 	st.streams = st.streams[:0]
 	for i := range g.P2P {
@@ -175,36 +178,63 @@ func (be *Backend) joinStreams(main cuda.Stream, in bool) error {
 	return nil
 }
 
-// sort files the ops by peer and direction and checks what this rank can
-// check alone: its Sends to itself pair with its Recvs from itself, with
-// equal byte counts.
-func (st *p2pState) sort(ops []collectives.P2P, rank, nranks int) error {
-	for p := range nranks {
-		st.sends[p], st.recvs[p] = st.sends[p][:0], st.recvs[p][:0]
-	}
+// checkP2P checks what this rank can check alone: every peer is a rank,
+// and its Sends to itself pair with its Recvs from itself (the k-th with
+// the k-th) with equal byte counts.
+func checkP2P(ops []collectives.P2P, rank, nranks int) error {
+	k, r := 0, 0 // pairs checked; where the next Recv from itself is sought
 	for i := range ops {
 		o := &ops[i]
 		if o.Peer < 0 || o.Peer >= nranks {
 			return fmt.Errorf("gpu backend: %s: peer %d not in [0,%d): %w", o.Kind, o.Peer, nranks, collectives.ErrInvalidPeer)
 		}
+		if o.Peer != rank || o.Kind != collectives.SendOp {
+			continue
+		}
+		// The Recv from itself that pairs with this Send: the next one.
+		for r < len(ops) && (ops[r].Peer != rank || ops[r].Kind != collectives.RecvOp) {
+			r++
+		}
+		if r == len(ops) {
+			break
+		}
+		if a, b := o.Bytes(), ops[r].Bytes(); a != b {
+			return fmt.Errorf("gpu backend: rank %d: Send %d to itself has %d bytes, its Recv %d from itself %d: %w",
+				rank, k, a, k, b, collectives.ErrInvalidCount)
+		}
+		k++
+		r++
+	}
+	ns, nr := 0, 0
+	for i := range ops {
+		if ops[i].Peer == rank {
+			if ops[i].Kind == collectives.SendOp {
+				ns++
+			} else {
+				nr++
+			}
+		}
+	}
+	if ns != nr {
+		return fmt.Errorf("gpu backend: rank %d: %d Sends to itself and %d Recvs from itself in one group: %w",
+			rank, ns, nr, collectives.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// sort files the (checked) ops by peer and direction.
+func (st *p2pState) sort(ops []collectives.P2P, nranks int) {
+	for p := range nranks {
+		st.sends[p], st.recvs[p] = st.sends[p][:0], st.recvs[p][:0]
+	}
+	for i := range ops {
+		o := &ops[i]
 		if o.Kind == collectives.SendOp {
 			st.sends[o.Peer] = append(st.sends[o.Peer], int32(i))
 		} else {
 			st.recvs[o.Peer] = append(st.recvs[o.Peer], int32(i))
 		}
 	}
-	s, r := st.sends[rank], st.recvs[rank]
-	if len(s) != len(r) {
-		return fmt.Errorf("gpu backend: rank %d: %d Sends to itself and %d Recvs from itself in one group: %w",
-			rank, len(s), len(r), collectives.ErrInvalidArgument)
-	}
-	for k := range s {
-		if a, b := ops[s[k]].Bytes(), ops[r[k]].Bytes(); a != b {
-			return fmt.Errorf("gpu backend: rank %d: Send %d to itself has %d bytes, its Recv %d from itself %d: %w",
-				rank, k, a, k, b, collectives.ErrInvalidCount)
-		}
-	}
-	return nil
 }
 
 // fill writes launch lo/p2pLaneOps's lanes (ops lo.. of each lane) into

@@ -370,10 +370,15 @@ func TestP2PGroupLocalErrors(t *testing.T) {
 		{"self send without recv", []collectives.P2P{op(collectives.SendOp, 1, 5), op(collectives.SendOp, 0, 5)},
 			collectives.ErrInvalidArgument, "1 Sends to itself and 0 Recvs"},
 		{"peer out of range", []collectives.P2P{op(collectives.SendOp, 3, 5)}, collectives.ErrInvalidPeer, "peer 3 not in [0,3)"},
+		{"second self pair differs", []collectives.P2P{op(collectives.RecvOp, 1, 5), op(collectives.SendOp, 1, 5),
+			op(collectives.SendOp, 1, 7), op(collectives.SendOp, 0, 7), op(collectives.RecvOp, 1, 8)},
+			collectives.ErrInvalidCount, "Send 1 to itself has 28 bytes, its Recv 1 from itself 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			drvs[1].launches = nil
-			err := bes[1].RunGroup(context.Background(), &collectives.Group{P2P: tc.ops})
+			// The group's collective is not enqueued either.
+			err := bes[1].RunGroup(context.Background(), &collectives.Group{P2P: tc.ops, Colls: []collectives.Args{
+				{Coll: collectives.AllReduce, Send: 1 << 30, Recv: 2 << 30, Count: 1000, Type: collectives.Float32}}})
 			require.ErrorIs(t, err, tc.want)
 			assert.Contains(t, err.Error(), tc.text)
 			assert.Empty(t, drvs[1].launches, "nothing launched")
