@@ -140,6 +140,8 @@ step "example gradavg, 2 ranks" 60 "$B/goccl" run -np 2 "$B/gradavg"
 for n in 2 3; do
   step "p2p, $n procs (p2pgpu)" 180 "$B/goccl" run -np $n "$B/p2pgpu"
 done
+# A count-0 AllReduce on one rank: every rank must fail naming both call numbers.
+step "calls: count 0 on one rank" 120 bash -c 'out=$("$0" run -np 2 "$1" -mode count0 2>&1); echo "$out"; [ "$(grep -c ": PASS" <<<"$out")" = 2 ]' "$B/goccl" "$B/p2pgpu"
 
 echo
 echo "GPU suite summary ($NGPU x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"
