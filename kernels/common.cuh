@@ -46,6 +46,19 @@ constexpr u64 kCEFreeOff = 1024;
 constexpr u64 kCEFlagBytes = 4096;
 constexpr u32 kCESlots = 64;  // flag slots per source, used cyclically by chunk index
 constexpr u64 kCECountOffset = kCEFlagOffset + kCEFlagBytes;  // [kCESlots] u32
+// Call numbers: block 0's barrier at epoch e writes the low 32 bits of
+// Params.seq into every peer's kSeqOffset[e & 1][rank] before its flag,
+// and compares the peer's after its wait (Ctx::barrier); the LL kernel
+// has its own numbers and flags at kLLSeqOffset (ll.cu).
+constexpr u64 kSeqOffset = 18 << 10;  // [2][kMaxRanks] u32
+// The error record the host reads (collectives/gpu/p2p.go kernelError):
+// kErrOffset bytes past the abort flag, in host-pinned memory, a word
+// (1 | code << 1 | peer << 8), this rank's value at +8 and the peer's at
+// +16; the first error of a rank claims it through kErrClaimOffset (a u32
+// of the signal area), and every error raises the abort flag.
+constexpr u64 kErrOffset = 32;
+constexpr u64 kErrClaimOffset = 48 << 10;
+enum ErrCode : u32 { kErrSendBytes = 0, kErrRecvBytes = 1, kErrCall = 2 };
 
 // Params is the single kernel parameter, passed by value. Keep it in sync
 // with collectives/gpu/params.go (offsets are checked by its tests).
@@ -59,7 +72,8 @@ struct Params {
   u64 peerStaging[kMaxRanks];  // 104: every rank's staging, by rank
   u32 blockSlots;        // 168: staging slots per (half, source): the grid the staging was laid out for
   u32 shareBytes;        // 172: a block's share of a round is cut to a multiple of this (a power of 2, >= 16)
-  u64 reserved[7];       // 176: (unused)
+  u64 seq;               // 176: the call's number on the communicator (Args.Seq); 0: not checked
+  u64 reserved[6];       // 184: (unused)
   u64 slotBytes;         // 232: staging bytes per (half, source, block)
   i32 rank;              // 240
   i32 nranks;            // 244
@@ -85,6 +99,7 @@ GOCCL_PARAM_AT(peerSignals, 40)
 GOCCL_PARAM_AT(peerStaging, 104)
 GOCCL_PARAM_AT(blockSlots, 168)
 GOCCL_PARAM_AT(shareBytes, 172)
+GOCCL_PARAM_AT(seq, 176)
 GOCCL_PARAM_AT(slotBytes, 232)
 GOCCL_PARAM_AT(rank, 240)
 GOCCL_PARAM_AT(nranks, 244)
@@ -383,6 +398,27 @@ __device__ __forceinline__ bool wait_flag(const u32* flag, u32 v, const u32* abo
   return true;
 }
 
+// report_error records this rank's first error (see kErrOffset) and aborts
+// its kernels. One thread.
+__device__ __forceinline__ void report_error(const Params& p, u32 code, int peer, u64 mine, u64 theirs) {
+  if (atom_add_acq_rel_gpu((u32*)(p.signals + kErrClaimOffset), 1) == 0) {
+    char* e = (char*)p.abortFlag + kErrOffset;
+    st8(e + 8, mine);
+    st8(e + 16, theirs);
+    st_release_sys((u32*)e, 1u | code << 1 | (u32)peer << 8);
+  }
+  st_release_sys((u32*)p.abortFlag, 1);
+}
+
+// check_call compares the low 32 bits a peer published of its call number
+// with this launch's (Params.seq, 0: unchecked); a difference is reported
+// with the peer's full number taken as the nearest to ours. One thread.
+__device__ __forceinline__ bool check_call(const Params& p, int peer, u32 theirs) {
+  if (p.seq == 0 || theirs == (u32)p.seq) return true;
+  report_error(p, kErrCall, peer, p.seq, p.seq - (u64)(i64)(i32)((u32)p.seq - theirs));
+  return false;
+}
+
 // Ctx is a block's view of the communicator during one launch. The epoch is
 // per block, lives in device memory and is advanced by the kernel itself, so
 // launches need no host bookkeeping and replay correctly from CUDA graphs.
@@ -414,9 +450,18 @@ struct Ctx {
     epoch++;
     const int t = threadIdx.x;
     if (t < p.nranks && t != p.rank) {
+      // Block 0 publishes the call number beside its flag (ordered by the
+      // release) and compares the peer's after the wait: ranks that meet
+      // in calls of different numbers fail instead of pairing wrongly. A
+      // slot of parity e is rewritten only at e + 2, after our e + 1.
+      const u64 seqAt = kSeqOffset + 4 * ((epoch & 1) * kMaxRanks);
+      if (blockIdx.x == 0) st4((char*)p.peerSignals[t] + seqAt + 4 * p.rank, (u32)p.seq);
       st_release_sys((u32*)p.peerSignals[t] + blockIdx.x * kMaxRanks + p.rank, epoch);
       const u32* mine = (const u32*)p.signals + blockIdx.x * kMaxRanks + t;
-      if (!wait_flag(mine, epoch, (const u32*)p.abortFlag)) s_abort = 1;
+      if (!wait_flag(mine, epoch, (const u32*)p.abortFlag))
+        s_abort = 1;
+      else if (blockIdx.x == 0 && !check_call(p, t, ld4((const char*)p.signals + seqAt + 4 * t)))
+        s_abort = 1;
     }
     bar_sync();
     return s_abort == 0;

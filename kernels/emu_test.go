@@ -37,6 +37,7 @@ var emuSources = []struct {
 	{"ll.cu", true},
 	{"cereduce.cu", true},
 	{"emu/emu_main.cc", false},
+	{"emu/emu_p2p.cc", false}, // (p2p.cu is compiled inside it)
 	{"emu/emu_ce.cc", false},
 	{"emu/emu_ce_streams.cc", false},
 	{"emu/emu_runtime.cc", false},
@@ -63,6 +64,12 @@ var emuScenarios = []struct {
 	{"wide3", false},
 	{"pairs2", true},
 	{"abort", true},
+	{"p2p2", true},
+	{"p2pring", true},
+	{"p2pall", true},
+	{"p2pabort", true},
+	{"p2pmismatch", true},
+	{"callskip", true},
 	{"ce2", false},
 	{"ce3", true},
 	{"ce4", true},
@@ -163,6 +170,13 @@ func TestKernelsOnCPU(t *testing.T) {
 			args: []string{"-run", "cedirect", "-limit", "2", "-inject", "shortchunks"},
 			want: []string{"FAIL cedirect call 1: ce_allreduce f32 sum count=31", "rank=1: result: first wrong index 28",
 				"rank=1: reduced event: first wrong index 0 (1 wrong): got 0xffffffe9, want 0xffffffea", "FAIL cedirect: 2 calls"},
+		},
+		{
+			// Rank 1's first received byte flipped after the launch: the
+			// point-to-point check compares every byte of the region.
+			name: "a wrong received byte is reported",
+			args: []string{"-run", "p2p2", "-inject", "p2pcorrupt"},
+			want: []string{"FAIL p2p2 group 0 rank 1: 1 wrong bytes", "(recv of transfer ", "FAIL p2p2: 40 transfers"},
 		},
 	}
 	for _, c := range negative {

@@ -18,6 +18,14 @@ namespace goccl {
 constexpr int kLLMaxBlocks = 128;
 constexpr u64 kLLSlot = 8 << 10;  // line bytes per (half, source, block): 4 KiB of data
 constexpr u64 kLLEpochOffset = 96 << 10;  // [kLLMaxBlocks] u32 in the signal area
+// Call numbers: block 0 writes the low 32 bits of Params.seq into every
+// peer's kLLSeqOffset[e & 1][rank], then releases kLLSeqOffset + 64
+// [e & 1][rank] = e; after its lines it waits for each peer's and
+// compares. The parity e slot is rewritten at the peer's launch e + 2,
+// after it read our lines of e + 1, which we write after the compare.
+constexpr u64 kLLSeqOffset = 97 << 10;  // [2][kMaxRanks] u32 numbers, then [2][kMaxRanks] u32 flags
+static_assert(kLLEpochOffset + 4 * kLLMaxBlocks <= kLLSeqOffset, "LL call numbers overlap the LL epochs");
+static_assert(kLLSeqOffset + 128 <= (128 << 10), "LL call numbers outside the signal area");
 
 // load_tail reads n <= 8 bytes at p into the low bytes of a u64 (aligned
 // whole words when it can, bytes otherwise).
@@ -56,6 +64,12 @@ __device__ void allreduce_ll(const Params& p) {
   };
   const char* send = (const char*)p.send + lo;
   char* recv = (char*)p.recv + lo;
+  const u64 seqAt = kLLSeqOffset + 4 * (half * kMaxRanks);
+  const int t = threadIdx.x;
+  if (blockIdx.x == 0 && t < nr && t != me) {
+    st4((char*)p.peerSignals[t] + seqAt + 4 * me, (u32)p.seq);
+    st_release_sys((u32*)((char*)p.peerSignals[t] + seqAt + 64) + me, e);
+  }
   // Each thread writes, then reads, its own lines: no block barrier.
   for (u64 i = threadIdx.x; i < lines; i += blockDim.x) {
     const u64 v = load_tail(send + 8 * i, min64(8, n - 8 * i));
@@ -101,6 +115,12 @@ __device__ void allreduce_ll(const Params& p) {
 #pragma unroll
     for (int j = 0; j < V; j++) out.r[j] = E::store(Op::finish(acc[j], nr));
     store_tail(recv + 8 * i, out.u, len);
+  }
+  // Block 0 checks the peers' call numbers (see kLLSeqOffset).
+  if (blockIdx.x == 0 && t < nr && t != me && !dead) {
+    if (!wait_flag((const u32*)(p.signals + seqAt + 64) + t, e, abortp) ||
+        !check_call(p, t, ld4((const char*)p.signals + seqAt + 4 * t)))
+      dead = true;
   }
   // Every thread has read the epoch before it moves on.
   __shared__ int s_dead;

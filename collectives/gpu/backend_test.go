@@ -137,8 +137,9 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 
 func TestEveryKernelLookedUpOnce(t *testing.T) {
 	_, drvs, _ := newFakeBackends(t, 1, Config{})
-	// 6 reducing families x 10 types x 5 ops + 2 copy kernels.
-	assert.Len(t, drvs[0].names, 6*10*5+2)
+	// 6 reducing families x 10 types x 5 ops + 2 copy kernels + the
+	// point-to-point kernel.
+	assert.Len(t, drvs[0].names, 6*10*5+3)
 	seen := map[string]bool{}
 	for _, n := range drvs[0].names {
 		assert.False(t, seen[n], "looked up twice: %s", n)
@@ -146,7 +147,7 @@ func TestEveryKernelLookedUpOnce(t *testing.T) {
 	}
 	for _, n := range []string{"goccl_allreduce_oneshot_i8_sum", "goccl_allreduce_twoshot_f64_avg",
 		"goccl_reduce_oneshot_bf16_min", "goccl_reducescatter_oneshot_u32_max",
-		"goccl_broadcast_oneshot", "goccl_allgather_oneshot", "goccl_allreduce_ll_u64_max"} {
+		"goccl_broadcast_oneshot", "goccl_allgather_oneshot", "goccl_allreduce_ll_u64_max", "goccl_p2p"} {
 		assert.True(t, seen[n], n)
 	}
 }

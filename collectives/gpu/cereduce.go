@@ -472,7 +472,7 @@ func (be *Backend) launchCEReduce(a *collectives.Args, pl *cePlan, seq uint32) e
 	if a.Coll == collectives.AllReduce {
 		recv += at
 	}
-	be.prm.setCall(a.Send+at, recv, pl.length(a, be.rank), 0, int(pl.es))
+	be.prm.setCall(a.Send+at, recv, pl.length(a, be.rank), 0, int(pl.es), 0)
 	be.prm.setCE(pl.chunks, pl.chunk, seq, pl.depth, false)
 	return be.launchCE(a, cuda.Stream(a.Stream))
 }
@@ -491,7 +491,7 @@ func (be *Backend) launchChunk(a *collectives.Args, pl *cePlan, seq, i uint32, l
 	if a.Coll == collectives.AllReduce {
 		recv = a.Recv + at
 	}
-	be.prm.setCall(a.Send+at, recv, n, 0, int(pl.es))
+	be.prm.setCall(a.Send+at, recv, n, 0, int(pl.es), 0)
 	be.prm.setCE(1, n, seq+i, 1, true)
 	return be.launchCE(a, be.ce.red[redLand])
 }

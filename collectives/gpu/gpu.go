@@ -73,6 +73,7 @@ type Backend struct {
 	regSeq uint64 // registrations made so far (registration.seq)
 	ce     copyEngine
 	nv     nvlsState
+	p2p    p2pState
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -164,6 +165,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage,
 		layout{blockSlots: uint32(tune.grid), shareBytes: uint32(tune.share), slotBytes: slot, llOffset: llOffset})
+	be.initP2P()
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
 		return nil, err
@@ -409,6 +411,14 @@ func (be *Backend) release(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, be.releaseCE()...)
+	for _, e := range []*cuda.Event{&be.p2p.evIn, &be.p2p.evOut} {
+		if *e != 0 {
+			if err := be.drv.EventDestroy(be.ctx, *e); err != nil {
+				errs = append(errs, fmt.Errorf("gpu backend: destroy point-to-point event: %w", err))
+			}
+			*e = 0
+		}
+	}
 	// The multicast team goes before the workspace and the transport.
 	if err := be.closeNVLS(ctx); err != nil {
 		errs = append(errs, err)

@@ -36,6 +36,7 @@ const (
 	offPeerStaging = offPeerSignals + 8*maxRanks // 104
 	offBlockSlots  = offPeerStaging + 8*maxRanks // 168
 	offShareBytes  = 172
+	offSeq         = 176
 	offSlotBytes   = 232
 	offRank        = 240
 	offNRanks      = 244
@@ -82,8 +83,10 @@ func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSig
 	p.u32(offNRanks, uint32(nranks))
 }
 
-// setCall writes one call's fields.
-func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize int) {
+// setCall writes one call's fields; seq is its number (Args.Seq), which
+// the kernels compare between ranks (0: not compared).
+func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize int, seq uint64) {
+	p.u64(offSeq, seq)
 	p.u64(offSend, uint64(send))
 	p.u64(offRecv, uint64(recv))
 	p.u64(offCount, count)

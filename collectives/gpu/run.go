@@ -14,6 +14,9 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	if be.aborted.Load() {
 		return be.abortErr()
 	}
+	if err := be.kernelError(); err != nil {
+		return err
+	}
 	if a.Count == 0 {
 		return nil
 	}
@@ -53,7 +56,7 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	grid := be.tune.shape(f, work)
 
 	fn := be.fns.get(f, a.Type, a.Op)
-	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size)
+	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size, a.Seq)
 	cfg := cuda.LaunchConfig{
 		Grid:         cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
 		Block:        cuda.Dim3{X: uint32(be.tune.threads), Y: 1, Z: 1},

@@ -20,12 +20,14 @@ const (
 	famCEReduce
 	famBroadcast
 	famAllGather
+	famP2P // a group's Sends and Recvs (p2p.go)
 	numFamilies
 )
 
 var familyStems = [numFamilies]string{
 	"allreduce_oneshot", "allreduce_twoshot", "reduce_oneshot",
 	"reducescatter_oneshot", "allreduce_ll", "cereduce", "broadcast_oneshot", "allgather_oneshot",
+	"p2p",
 }
 
 func (f family) reduces() bool { return f <= famCEReduce }

@@ -23,6 +23,9 @@ enum { kExitOK = 0, kExitCheck = 1, kExitTimeout = 10, kExitCrash = 11, kExitMis
 // forked process per block, and waits for all of them. It returns kExitOK or
 // the first block's failure code (the block has printed why, naming label).
 int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label);
+// emu_launch_body is emu_launch of any kernel: every thread of every block
+// runs body (goccl_p2p, whose parameter block is larger than Params).
+int emu_launch_body(const std::function<void()>& body, int grid, int threads, int timeout_s, const char* label);
 // emu_spawn runs f in a child process (killed when the parent dies), whose
 // exit code is what f returns; -1 (after saying why) when fork fails.
 pid_t emu_spawn(const std::function<int()>& f);
@@ -61,9 +64,13 @@ struct EmuOptions {
 
 // injections are the faults -inject takes (emu_main.cc's header says what each breaks).
 inline const std::vector<std::string>& injections() {
-  static const std::vector<std::string> v = {"corrupt", "hang", "nofreewait", "nolandwait", "earlydata", "shortchunks"};
+  static const std::vector<std::string> v = {"corrupt", "hang", "nofreewait", "nolandwait", "earlydata", "shortchunks", "p2pcorrupt"};
   return v;
 }
+
+// The point-to-point scenarios (emu_p2p.cc), by group name.
+std::vector<std::string> p2p_groups();
+bool p2p_run_group(const std::string& group, const EmuOptions& o);
 
 // The copy-engine reductions' scenarios (emu_ce.cc), by group name.
 std::vector<std::string> ce_groups();

@@ -17,6 +17,12 @@
 // unchanged, that nothing outside its buffers was written (canaries), and
 // buffers end at an inaccessible page.
 //
+// The point-to-point kernel (p2p.cu) has its scenarios in emu_p2p.cc
+// (p2p2, p2pring, p2pall, p2pabort, p2pmismatch; its header says what each
+// covers), and so has callskip: ranks that meet in calls of different
+// numbers, which every staged kernel and LL must report (every launch here
+// carries its call number too, so that no scenario may report one falsely).
+//
 // The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
 // push, land and spread streams that emu_ce_streams.cc models after
 // collectives/gpu/cereduce.go) have scenarios of their own: ce2, ce3, ce4
@@ -33,6 +39,7 @@
 // flag must end them all).
 //
 // Build (kernels/emu_test.go does this in TestKernelsOnCPU), from kernels/:
+//   (p2p.cu is compiled inside emu/emu_p2p.cc)
 //   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu ll.cu cereduce.cu emu/*.cc; do
 //     g++ -std=c++17 -O0 -DGOCCL_EMU -pthread -I. -include emu/cuda_emu.h -x c++ -c $f -o /tmp/emu/${f#*/}.o
 //   done && g++ -pthread -o /tmp/emu/emu /tmp/emu/*.o
@@ -40,7 +47,8 @@
 //   emu -list                     scenario names, one a line
 //   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject fault]
 //
-// -inject breaks one thing on purpose: corrupt flips a bit of a result,
+// -inject breaks one thing on purpose: corrupt flips a bit of a result
+// (p2pcorrupt: of rank 1's first received buffer, p2p scenarios),
 // hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
 // reuse staging slots without waiting for the reader to free them (ce
 // scenarios; call 0 has a slow reader, so its results come out wrong),
@@ -622,6 +630,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
     p.flags = 0;
     p.elemSize = (u32)l.es;
     p.llOffset = c.llOffset;
+    p.seq = li + 1;  // every launch checks the peers' call numbers (common.cuh)
     if (l.delayRank == me) usleep((useconds_t)l.delayUs);
     emu_set_slow(l.delayRank == me && l.delaySlow ? 100 : 0);
     emu_set_dyn_smem(l.smem);
@@ -724,6 +733,15 @@ int main(int argc, char** argv) {
     if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
     ran++;
     ok = run_scenario(s, o) && ok;
+  }
+  for (const std::string& group : p2p_groups()) {
+    if (list) {
+      printf("%s\n", group.c_str());
+      continue;
+    }
+    if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
+    ran++;
+    ok = p2p_run_group(group, o) && ok;
   }
   for (const std::string& group : ce_groups()) {
     if (list) {

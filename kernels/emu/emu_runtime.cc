@@ -123,8 +123,7 @@ unsigned next_rand() {
   return g_rng;
 }
 
-[[noreturn]] void run_block(KernelFn fn, const goccl::Params& p, int block, int grid, int threads,
-                            int timeout_s) {
+[[noreturn]] void run_block(const std::function<void()>& body, int block, int grid, int threads, int timeout_s) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   blockIdx = {(unsigned)block, 0, 0};
   if (g_slow_block >= 0 && block != g_slow_block) emu_slow_us = 0;
@@ -145,12 +144,12 @@ unsigned next_rand() {
   std::vector<std::thread> ts;
   ts.reserve((size_t)threads);
   for (int t = 1; t < threads; t++)
-    ts.emplace_back([fn, p, t] {
+    ts.emplace_back([&body, t] {
       threadIdx = {(unsigned)t, 0, 0};
-      fn(p);
+      body();
     });
   threadIdx = {0, 0, 0};
-  fn(p);
+  body();
   for (auto& t : ts) t.join();
   _exit(0);
 }
@@ -289,6 +288,10 @@ void emu_name_region(const char* name, const void* base, uint64_t size) {
 void emu_clear_regions() { g_nregions = 0; }
 
 int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int timeout_s, const char* label) {
+  return emu_launch_body([fn, &p] { fn(p); }, grid, threads, timeout_s, label);
+}
+
+int emu_launch_body(const std::function<void()>& body, int grid, int threads, int timeout_s, const char* label) {
   std::vector<pid_t> kids;
   fflush(stdout);
   fflush(stderr);
@@ -300,7 +303,7 @@ int emu_launch(KernelFn fn, const goccl::Params& p, int grid, int threads, int t
       emu_kill_all(kids);
       return kExitCrash;
     }
-    if (pid == 0) run_block(fn, p, b, grid, threads, timeout_s);
+    if (pid == 0) run_block(body, b, grid, threads, timeout_s);
     kids.push_back(pid);
   }
   int worst = 0;

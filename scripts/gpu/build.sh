@@ -10,6 +10,7 @@ go build -ldflags="-s -w" -o .gpu/goccl ./cmd/goccl
 go build -ldflags="-s -w" -o .gpu/conformance ./tests/conformance
 go build -ldflags="-s -w" -o .gpu/gradavg ./examples/gradavg
 go build -ldflags="-s -w" -o .gpu/gpufaults ./tests/gpufaults
+go build -ldflags="-s -w" -o .gpu/p2pgpu ./tests/p2pgpu
 go test -c -ldflags="-s -w" -o .gpu/cuda.test ./internal/cuda
 go test -c -ldflags="-s -w" -o .gpu/gpu.test ./collectives/gpu
 for p in uva ipc vmm; do

@@ -37,6 +37,9 @@ record() {
   elif grep -q 'conformance: rank' "$log"; then
     cases=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*: ([0-9]+) cases.*/\1/' | awk '{s+=$1} END {print s+0}')
     failed=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*cases, ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+  elif grep -qE '^p2pgpu: rank [0-9]+: [0-9]+ cases' "$log"; then
+    cases=$(grep -E '^p2pgpu: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*: ([0-9]+) cases.*/\1/' | awk '{s+=$1} END {print s+0}')
+    failed=$(grep -E '^p2pgpu: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*cases, ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
   elif grep -qE '^gpufaults: [a-z]+: (PASS|FAIL)' "$log"; then
     cases=$(grep -cE '^gpufaults: [a-z]+: (PASS|FAIL)' "$log")
     failed=$(grep -cE '^gpufaults: [a-z]+: FAIL' "$log")
@@ -132,6 +135,13 @@ step "1 rank, 1 GPU" 120 "$B/goccl" run -np 1 "${CONF[@]}"
 step "fault: rank killed mid-AllReduce" 90 bash -c 'out=$("$0" run -np 2 --grace 60s "$1" --mode kill 2>&1); echo "$out"; grep -q "^gpufaults: kill: PASS" <<<"$out"' "$B/goccl" "$B/gpufaults"
 step "fault: GPU comm create/destroy" 150 "$B/gpufaults" --mode cycles --cycles 1000 --budget ${GOCCL_SUITE_CYCLE_BUDGET:-100s}
 step "example gradavg, 2 ranks" 60 "$B/goccl" run -np 2 "$B/gradavg"
+# Point-to-point (tests/p2pgpu; scripts/gpu/p2p.sh has the fuller check):
+# rings, all pairs, AllToAll(v), Gather, Scatter and a replayed graph.
+for n in 2 3; do
+  step "p2p, $n procs (p2pgpu)" 180 "$B/goccl" run -np $n "$B/p2pgpu"
+done
+# A count-0 AllReduce on one rank: every rank must fail naming both call numbers.
+step "calls: count 0 on one rank" 120 bash -c 'out=$("$0" run -np 2 "$1" -mode count0 2>&1); echo "$out"; [ "$(grep -c ": PASS" <<<"$out")" = 2 ]' "$B/goccl" "$B/p2pgpu"
 
 echo
 echo "GPU suite summary ($NGPU x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), ${SECONDS}s)"

@@ -1,0 +1,286 @@
+package gpu
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// Point-to-point operations run as kernels/p2p.cu's goccl_p2p: one launch
+// takes a group's Sends and Recvs of this communicator, in lanes (every
+// Send to one peer, every Recv from one peer, and the copies of Sends to
+// this rank into its Recvs from itself), each lane on p2pChannels blocks.
+// The k-th Send from A to B meets the k-th Recv on B from A because each
+// lane runs its ops in order on both sides; a lane longer than
+// p2pLaneOps spills into further launches, the k-th op of every lane into
+// launch k/p2pLaneOps on every rank, so each launch's ops pair with ops of
+// the same launch on the peers and the launches never wait for each other.
+
+// Layout of kernels/p2p.cu's P2PParams and signal records.
+const (
+	p2pMaxOps      = 128
+	p2pMaxLanes    = 16
+	p2pMaxChannels = 16
+	p2pLaneOps     = p2pMaxOps / p2pMaxLanes
+	p2pChannels    = 8 // blocks per lane, at most the staging's grid
+
+	offP2PNLanes   = paramSize     // 288
+	offP2PChannels = paramSize + 4 // 292
+	offP2PLanes    = paramSize + 16
+	offP2POps      = offP2PLanes + 8*p2pMaxLanes // 432
+	p2pParamSize   = offP2POps + 24*p2pMaxOps    // 3504
+
+	p2pOffset      = 40 << 10 // kP2POffset: records in the signal area
+	p2pRecordBytes = 64
+
+	laneSend = 0
+	laneRecv = 1
+	laneCopy = 2
+)
+
+// The p2p records lie between the copy-engine counters and the error claim.
+var (
+	_ [p2pOffset - (ceFlagOff + ceFlagBytes + ceCountBytes)]struct{}
+	_ [errClaimOff - (p2pOffset + maxRanks*p2pMaxChannels*p2pRecordBytes)]struct{}
+)
+
+type p2pParams [p2pParamSize]byte
+
+// p2pState is the backend's reused storage for groups (guarded by mu).
+type p2pState struct {
+	prm      *p2pParams // own allocation, as params (cgo's pointer check)
+	channels int
+	// sends[p], recvs[p]: indexes into the group's P2P of the ops to and
+	// from rank p, in group order.
+	sends, recvs [maxRanks][]int32
+	streams      []cuda.Stream // the group's streams other than the launch's
+	evIn, evOut  cuda.Event    // created at the first group that needs them
+}
+
+// initP2P copies the communicator-constant fields of prm; channels follow
+// the staging's grid (every rank has the same, agreed at New).
+func (be *Backend) initP2P() {
+	be.p2p.prm = new(p2pParams)
+	copy(be.p2p.prm[:paramSize], be.prm[:])
+	be.p2p.channels = min(p2pChannels, be.tune.grid)
+	binary.LittleEndian.PutUint32(be.p2p.prm[offP2PChannels:], uint32(be.p2p.channels))
+}
+
+var _ collectives.GroupRunner = (*Backend)(nil)
+
+// RunGroup enqueues a group: its collectives in order, one launch each,
+// then its point-to-point operations in one launch (more when a lane
+// holds more than p2pLaneOps) on the stream of the first. Operations on
+// other streams are ordered through events: the launch waits for work
+// already on them, and they wait for the launch.
+func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
+	if err := be.kernelError(); err != nil {
+		return err
+	}
+	// What this rank can check alone fails the group before anything of
+	// it is enqueued.
+	if err := checkP2P(g.P2P, be.rank, be.nranks); err != nil {
+		return err
+	}
+	for i := range g.Colls {
+		if err := be.Run(ctx, &g.Colls[i]); err != nil {
+			return err
+		}
+	}
+	if len(g.P2P) == 0 {
+		return nil
+	}
+	if be.aborted.Load() {
+		return be.abortErr()
+	}
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return collectives.ErrClosed
+	}
+	st := &be.p2p
+	st.sort(g.P2P, be.nranks)
+	main := cuda.Stream(g.P2P[0].Stream)
+	st.streams = st.streams[:0]
+	for i := range g.P2P {
+		s := cuda.Stream(g.P2P[i].Stream)
+		if s != main && !containsStream(st.streams, s) {
+			st.streams = append(st.streams, s)
+		}
+	}
+	if err := be.joinStreams(main, true); err != nil {
+		return err
+	}
+	for L := 0; ; L++ {
+		lanes := st.fill(g.P2P, be.rank, be.nranks, L*p2pLaneOps)
+		if lanes == 0 {
+			break
+		}
+		cfg := cuda.LaunchConfig{
+			Grid:         cuda.Dim3{X: uint32(lanes * st.channels), Y: 1, Z: 1},
+			Block:        cuda.Dim3{X: uint32(be.tune.threads), Y: 1, Z: 1},
+			Stream:       main,
+			Programmatic: be.pdl,
+		}
+		if err := be.drv.LaunchKernel(be.ctx, be.fns.get(famP2P, 0, 0), cfg, st.prm[:]); err != nil {
+			// Peers' kernels may already wait for this rank's.
+			be.Abort(fmt.Errorf("gpu backend: launch point-to-point: %w", err))
+			return be.abortErr()
+		}
+	}
+	return be.joinStreams(main, false)
+}
+
+func containsStream(ss []cuda.Stream, s cuda.Stream) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// joinStreams orders the group's other streams (p2pState.streams) with
+// main: before the launch (in) main waits for each, after it each waits
+// for main. One event serves every stream in turn, as a wait takes the
+// record made before it.
+func (be *Backend) joinStreams(main cuda.Stream, in bool) error {
+	st := &be.p2p
+	if len(st.streams) == 0 {
+		return nil
+	}
+	ev := &st.evOut
+	if in {
+		ev = &st.evIn
+	}
+	if *ev == 0 {
+		e, err := be.drv.EventCreate(be.ctx, false)
+		if err != nil {
+			return fmt.Errorf("gpu backend: point-to-point: stream event: %w", err)
+		}
+		*ev = e
+	}
+	for _, s := range st.streams {
+		from, to := s, main
+		if !in {
+			from, to = main, s
+		}
+		if err := be.drv.EventRecord(be.ctx, *ev, from); err != nil {
+			return fmt.Errorf("gpu backend: point-to-point: order streams: %w", err)
+		}
+		if err := be.drv.StreamWaitEvent(be.ctx, to, *ev); err != nil {
+			return fmt.Errorf("gpu backend: point-to-point: order streams: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkP2P checks what this rank can check alone: every peer is a rank,
+// and its Sends to itself pair with its Recvs from itself (the k-th with
+// the k-th) with equal byte counts.
+func checkP2P(ops []collectives.P2P, rank, nranks int) error {
+	k, r := 0, 0 // pairs checked; where the next Recv from itself is sought
+	for i := range ops {
+		o := &ops[i]
+		if o.Peer < 0 || o.Peer >= nranks {
+			return fmt.Errorf("gpu backend: %s: peer %d not in [0,%d): %w", o.Kind, o.Peer, nranks, collectives.ErrInvalidPeer)
+		}
+		if o.Peer != rank || o.Kind != collectives.SendOp {
+			continue
+		}
+		// The Recv from itself that pairs with this Send: the next one.
+		for r < len(ops) && (ops[r].Peer != rank || ops[r].Kind != collectives.RecvOp) {
+			r++
+		}
+		if r == len(ops) {
+			break
+		}
+		if a, b := o.Bytes(), ops[r].Bytes(); a != b {
+			return fmt.Errorf("gpu backend: rank %d: Send %d to itself has %d bytes, its Recv %d from itself %d: %w",
+				rank, k, a, k, b, collectives.ErrInvalidCount)
+		}
+		k++
+		r++
+	}
+	ns, nr := 0, 0
+	for i := range ops {
+		if ops[i].Peer == rank {
+			if ops[i].Kind == collectives.SendOp {
+				ns++
+			} else {
+				nr++
+			}
+		}
+	}
+	if ns != nr {
+		return fmt.Errorf("gpu backend: rank %d: %d Sends to itself and %d Recvs from itself in one group: %w",
+			rank, ns, nr, collectives.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// sort files the (checked) ops by peer and direction.
+func (st *p2pState) sort(ops []collectives.P2P, nranks int) {
+	for p := range nranks {
+		st.sends[p], st.recvs[p] = st.sends[p][:0], st.recvs[p][:0]
+	}
+	for i := range ops {
+		o := &ops[i]
+		if o.Kind == collectives.SendOp {
+			st.sends[o.Peer] = append(st.sends[o.Peer], int32(i))
+		} else {
+			st.recvs[o.Peer] = append(st.recvs[o.Peer], int32(i))
+		}
+	}
+}
+
+// fill writes launch lo/p2pLaneOps's lanes (ops lo.. of each lane) into
+// prm and returns how many there are (0: nothing left).
+func (st *p2pState) fill(ops []collectives.P2P, rank, nranks, lo int) int {
+	q := st.prm
+	nl, n := 0, 0
+	lane := func(peer, kind, cnt int) {
+		o := offP2PLanes + 8*nl
+		binary.LittleEndian.PutUint16(q[o:], uint16(n))
+		binary.LittleEndian.PutUint16(q[o+2:], uint16(cnt))
+		q[o+4], q[o+5] = byte(peer), byte(kind)
+		nl++
+	}
+	op := func(src, dst uintptr, bytes int) {
+		o := offP2POps + 24*n
+		binary.LittleEndian.PutUint64(q[o:], uint64(src))
+		binary.LittleEndian.PutUint64(q[o+8:], uint64(dst))
+		binary.LittleEndian.PutUint64(q[o+16:], uint64(bytes))
+		n++
+	}
+	for kind, byPeer := range [2]*[maxRanks][]int32{&st.sends, &st.recvs} {
+		for p := range nranks {
+			idx := byPeer[p]
+			if p == rank || len(idx) <= lo {
+				continue
+			}
+			hi := min(len(idx), lo+p2pLaneOps)
+			lane(p, kind, hi-lo)
+			for _, i := range idx[lo:hi] {
+				o := &ops[i]
+				if kind == laneSend {
+					op(o.Buf, 0, o.Bytes())
+				} else {
+					op(0, o.Buf, o.Bytes())
+				}
+			}
+		}
+	}
+	if s, r := st.sends[rank], st.recvs[rank]; len(s) > lo {
+		hi := min(len(s), lo+p2pLaneOps)
+		lane(rank, laneCopy, hi-lo)
+		for k := lo; k < hi; k++ {
+			op(ops[s[k]].Buf, ops[r[k]].Buf, ops[s[k]].Bytes())
+		}
+	}
+	binary.LittleEndian.PutUint32(q[offP2PNLanes:], uint32(nl))
+	return nl
+}

@@ -1,0 +1,529 @@
+// emu_p2p.cc: the point-to-point kernel (p2p.cu) on the CPU. A scenario is
+// a communicator (nranks, slot size, slots per source, channels, threads)
+// and a sequence of groups; a group is a list of transfers (sender,
+// receiver, element size, the sender's and the receiver's count). Each
+// rank is a driver process that builds its lanes from the transfers as
+// collectives/gpu/p2p.go does (a lane per (peer, direction) and one of
+// self copies, ops in transfer order, at most kP2PLaneOps of a lane per
+// launch), fills its buffers, launches and checks its whole data region
+// against an image built independently: received bytes equal the
+// sender's, sent bytes and every byte around the buffers unchanged, and,
+// for a pair whose counts disagree, the receive buffer untouched, the
+// error record naming the peer, the direction and both counts, and the
+// abort flag raised. The signal area is never reset between groups, so
+// the per-pair counters carry from launch to launch as on a GPU.
+//
+// Groups: p2p2 (every element size at counts 0, 1, 7, 4095 and 1Mi+3,
+// buffers on and off 16-byte boundaries), p2pring (rings both ways at 3
+// and 4 ranks, self sends), p2pall (all pairs at once at 3, 4 and 8 ranks,
+// with repeats past one launch's share of a lane), p2pabort (a rank never
+// comes; the abort flag ends every wait), p2pmismatch (a pair's counts
+// disagree, also 0 against 1), callskip (ranks that meet in calls of
+// different numbers, in every staged collective and LL: see below).
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "emu.h"
+// p2p.cu is compiled here, its one translation unit in the emulator.
+#include "p2p.cu"
+
+namespace {
+
+using goccl::P2PParams;
+using goccl::u32;
+using goccl::u64;
+
+constexpr uint64_t kSignalSize = 128 << 10;
+constexpr uint8_t kCanary = 0x5a, kPoison = 0xc3;
+
+struct Transfer {
+  int src, dst, es;
+  uint64_t scount, rcount;  // the sender's and the receiver's counts (differ: a mismatch)
+  int misalign;             // elements past a 16-byte boundary (both buffers)
+};
+
+struct Group {
+  std::vector<Transfer> t;
+  uint64_t seed;
+};
+
+struct Scenario {
+  std::string name, group;
+  int nranks, slots, channels, threads;
+  uint64_t slotBytes;
+  std::vector<Group> groups;
+  int missing = -1;  // p2pabort: this rank never launches; it raises every abort flag instead
+  uint64_t minData = 0;  // data region bytes at least (callskip)
+};
+
+uint64_t rup(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() { return mix64(s++); }
+  int below(int n) { return (int)(next() % (uint64_t)n); }
+};
+
+// ---- scenarios -------------------------------------------------------------------
+
+Scenario base(const char* name, const char* group, int n, int slots, int channels, int threads, uint64_t slot) {
+  Scenario s;
+  s.name = name, s.group = group, s.nranks = n, s.slots = slots, s.channels = channels, s.threads = threads;
+  s.slotBytes = slot;
+  return s;
+}
+
+const uint64_t kP2PCounts[] = {0, 1, 7, 4095, (1 << 20) + 3};
+
+std::vector<Scenario> scenarios(uint64_t seed) {
+  std::vector<Scenario> v;
+  Rng rng{seed};
+  {
+    // Both directions at once, every element size and count; the largest
+    // count in its own group (1Mi+3 of 8 bytes is 8 MiB each way).
+    Scenario s = base("p2p2", "p2p2", 2, 4, 2, 16, 4096);
+    Group g{{}, rng.next()};
+    for (int es = 1; es <= 8; es *= 2)
+      for (int ci = 0; ci < 4; ci++)
+        for (int dir = 0; dir < 2; dir++)
+          g.t.push_back({dir, 1 - dir, es, kP2PCounts[ci], kP2PCounts[ci], rng.below(2) ? 0 : 1 + rng.below(3)});
+    s.groups.push_back(g);
+    for (int es = 1; es <= 8; es *= 2) {
+      Group big{{}, rng.next()};
+      const uint64_t c = kP2PCounts[4];
+      big.t.push_back({0, 1, es, c, c, es == 2 ? 1 : 0});
+      big.t.push_back({1, 0, es, c, c, 0});
+      s.groups.push_back(big);
+    }
+    v.push_back(s);
+  }
+  for (int n : {3, 4}) {
+    // Rings to the right, to the left, both at once, with self sends.
+    Scenario s = base(n == 3 ? "p2pring3" : "p2pring4", "p2pring", n, 4, n == 3 ? 1 : 3, 16, 1024);
+    for (int shape = 0; shape < 4; shape++) {
+      Group g{{}, rng.next()};
+      const int es = 1 << rng.below(4);
+      const uint64_t c = kP2PCounts[1 + rng.below(3)] + (uint64_t)rng.below(3);
+      for (int r = 0; r < n; r++) {
+        if (shape != 1) g.t.push_back({r, (r + 1) % n, es, c, c, rng.below(2)});
+        if (shape >= 1) g.t.push_back({r, (r + n - 1) % n, es, c, c, 0});
+        if (shape == 3) g.t.push_back({r, r, es, c, c, rng.below(2)});
+      }
+      s.groups.push_back(g);
+    }
+    v.push_back(s);
+  }
+  for (int n : {3, 4, 8}) {
+    // All pairs at once (self included), random counts with zeros, then
+    // 2 transfers a pair with one pair repeated past a launch's share.
+    Scenario s = base(n == 3 ? "p2pall3" : n == 4 ? "p2pall4" : "p2pall8", "p2pall", n, 2, n == 8 ? 1 : 2,
+                      n == 8 ? 4 : 16, 2048);
+    for (int round = 0; round < 3; round++) {
+      Group g{{}, rng.next()};
+      for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+          for (int k = 0; k < (round == 2 ? 2 : 1); k++) {
+            const int es = 1 << rng.below(4);
+            const uint64_t c = rng.below(5) == 0 ? 0 : 1 + (uint64_t)rng.below(n == 8 ? 700 : 3000);
+            g.t.push_back({a, b, es, c, c, rng.below(2)});
+          }
+      if (round == 2)
+        for (int k = 0; k < goccl::kP2PLaneOps + 3; k++) g.t.push_back({0, n - 1, 4, (uint64_t)(5 + 64 * k), (uint64_t)(5 + 64 * k), 0});
+      s.groups.push_back(g);
+    }
+    v.push_back(s);
+  }
+  {
+    // A rank that never comes: the others block in every kind of wait.
+    Scenario s = base("p2pabort", "p2pabort", 3, 4, 2, 16, 1024);
+    Group g{{}, rng.next()};
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 3; b++) g.t.push_back({a, b, 4, 20000, 20000, 0});
+    s.groups.push_back(g);
+    s.missing = 0;
+    v.push_back(s);
+  }
+  for (int m = 0; m < 3; m++) {
+    // A pair that disagrees (0 against 1, 1 against 0, 100 against 104
+    // bytes) among pairs that agree; ranks 0 and 1 see it.
+    static const uint64_t kS[] = {0, 1, 25}, kR[] = {1, 0, 26};
+    Scenario s = base(m == 0 ? "p2pmismatch0" : m == 1 ? "p2pmismatch1" : "p2pmismatch2", "p2pmismatch", 2, 4, 2, 16,
+                      1024);
+    Group ok{{}, rng.next()};
+    ok.t.push_back({0, 1, 4, 300, 300, 0});
+    ok.t.push_back({1, 0, 4, 300, 300, 0});
+    s.groups.push_back(ok);
+    Group bad{{}, rng.next()};
+    bad.t.push_back({1, 0, 4, 77, 77, 0});
+    bad.t.push_back({0, 1, 4, kS[m], kR[m], 0});
+    s.groups.push_back(bad);
+    v.push_back(s);
+  }
+  return v;
+}
+
+// ---- memory ------------------------------------------------------------------------
+
+// Comm: per rank a control page (abort flag, error record), a workspace
+// (signals, two staging halves, the LL lines) and a data region, each
+// followed by an inaccessible page.
+struct Comm {
+  int n = 0;
+  uint64_t wsBytes = 0, dataBytes = 0, llOffset = 0;
+  char* base = nullptr;
+  size_t size = 0;
+  char* ctl[goccl::kMaxRanks] = {};
+  char* ws[goccl::kMaxRanks] = {};
+  char* data[goccl::kMaxRanks] = {};
+};
+
+// Placement of one transfer's buffers in the sender's and receiver's regions.
+struct Place {
+  uint64_t soff, roff;
+};
+
+// layout places every group's buffers (each group reuses the regions) and
+// returns the bytes a region needs.
+uint64_t layout(const Group& g, int n, std::vector<Place>& out) {
+  std::vector<uint64_t> at(n, 0);
+  out.clear();
+  for (const Transfer& t : g.t) {
+    Place p;
+    at[t.src] = rup(at[t.src], 16) + 16 + t.misalign * t.es;
+    p.soff = at[t.src];
+    at[t.src] += t.scount * t.es;
+    at[t.dst] = rup(at[t.dst], 16) + 16 + t.misalign * t.es;
+    p.roff = at[t.dst];
+    at[t.dst] += t.rcount * t.es;
+    out.push_back(p);
+  }
+  uint64_t m = 0;
+  for (uint64_t a : at) m = std::max(m, a);
+  return m + 64;
+}
+
+bool comm_create(Comm& c, const Scenario& s) {
+  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  c.n = s.nranks;
+  c.llOffset = 2ull * c.n * s.slots * s.slotBytes;
+  c.wsBytes = rup(kSignalSize + c.llOffset + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
+  std::vector<Place> pl;
+  c.dataBytes = s.minData;
+  for (const Group& g : s.groups) c.dataBytes = std::max(c.dataBytes, layout(g, c.n, pl));
+  c.dataBytes = rup(c.dataBytes, pg);
+  c.size = c.n * (3 * pg + c.wsBytes + c.dataBytes + 3 * pg);
+  if (!(c.base = emu_map_shared(c.size))) return false;
+  char* p = c.base;
+  emu_clear_regions();
+  for (int r = 0; r < c.n; r++) {
+    const std::string rs = "rank " + std::to_string(r);
+    c.ctl[r] = p;
+    emu_name_region((rs + " abort flag").c_str(), p, pg);
+    p += pg;
+    mprotect(p, pg, PROT_NONE);
+    p += pg;
+    c.ws[r] = p;
+    emu_name_region((rs + " workspace").c_str(), p, c.wsBytes);
+    p += c.wsBytes;
+    mprotect(p, pg, PROT_NONE);
+    p += pg;
+    c.data[r] = p;
+    emu_name_region((rs + " data").c_str(), p, c.dataBytes);
+    p += c.dataBytes;
+    mprotect(p, pg, PROT_NONE);
+    p += pg;
+  }
+  return true;
+}
+
+// ---- one rank ------------------------------------------------------------------------
+
+// lanes builds rank me's launches of group g, as collectives/gpu/p2p.go:
+// send lanes by peer, recv lanes by peer, then the copy lane; a lane's
+// ops in transfer order, kP2PLaneOps of them per launch.
+std::vector<P2PParams> launches(const Scenario& s, const Group& g, const std::vector<Place>& pl, const Comm& c, int me,
+                                int* maxLanes) {
+  struct Op {
+    goccl::P2POp op;
+    int lane;
+  };
+  std::vector<std::vector<goccl::P2POp>> lanes(2 * s.nranks + 1);
+  std::vector<int> peerOf(2 * s.nranks + 1), kindOf(2 * s.nranks + 1);
+  for (size_t i = 0; i < g.t.size(); i++) {
+    const Transfer& t = g.t[i];
+    char* d = c.data[me];
+    if (t.src == me && t.dst == me) {
+      lanes[2 * s.nranks].push_back({(u64)(d + pl[i].soff), (u64)(d + pl[i].roff), t.scount * t.es});
+    } else if (t.src == me) {
+      lanes[t.dst].push_back({(u64)(d + pl[i].soff), 0, t.scount * t.es});
+    } else if (t.dst == me) {
+      lanes[s.nranks + t.src].push_back({0, (u64)(d + pl[i].roff), t.rcount * t.es});
+    }
+  }
+  std::vector<P2PParams> out;
+  for (size_t L = 0;; L++) {
+    P2PParams q;
+    memset(&q, 0, sizeof q);
+    int nops = 0;
+    for (int l = 0; l < 2 * s.nranks + 1; l++) {
+      const size_t lo = L * goccl::kP2PLaneOps;
+      if (lanes[l].size() <= lo) continue;
+      const size_t hi = std::min(lanes[l].size(), lo + goccl::kP2PLaneOps);
+      goccl::P2PLane& ln = q.lanes[q.nlanes++];
+      ln.first = (goccl::u16)nops;
+      ln.n = (goccl::u16)(hi - lo);
+      ln.peer = (goccl::u8)(l < s.nranks ? l : l < 2 * s.nranks ? l - s.nranks : me);
+      ln.kind = (goccl::u8)(l < s.nranks ? goccl::kLaneSend : l < 2 * s.nranks ? goccl::kLaneRecv : goccl::kLaneCopy);
+      for (size_t k = lo; k < hi; k++) q.ops[nops++] = lanes[l][k];
+    }
+    if (q.nlanes == 0) break;
+    *maxLanes = std::max(*maxLanes, (int)q.nlanes);
+    goccl::Params& p = q.p;
+    p.abortFlag = (u64)c.ctl[me];
+    p.signals = (u64)c.ws[me];
+    for (int r = 0; r < c.n; r++) {
+      p.peerSignals[r] = (u64)c.ws[r];
+      p.peerStaging[r] = (u64)c.ws[r] + kSignalSize;
+    }
+    p.slotBytes = s.slotBytes;
+    p.blockSlots = (u32)s.slots;
+    p.shareBytes = 16;
+    p.rank = me;
+    p.nranks = s.nranks;
+    q.channels = (u32)s.channels;
+    out.push_back(q);
+  }
+  return out;
+}
+
+// mismatched reports whether transfer t's counts disagree.
+bool mismatched(const Transfer& t) { return t.scount != t.rcount && t.src != t.dst; }
+
+int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
+  int fails = 0;
+  for (size_t gi = 0; gi < s.groups.size(); gi++) {
+    const Group& g = s.groups[gi];
+    std::vector<Place> pl;
+    layout(g, s.nranks, pl);
+    char* d = c.data[me];
+    std::vector<uint8_t> want(c.dataBytes, kCanary);
+    memset(d, kCanary, c.dataBytes);
+    const Transfer* bad = nullptr;
+    for (size_t i = 0; i < g.t.size(); i++) {
+      const Transfer& t = g.t[i];
+      if (mismatched(t) && (t.src == me || t.dst == me)) bad = &t;
+      if (t.src == me)
+        for (uint64_t b = 0; b < t.scount * t.es; b++) d[pl[i].soff + b] = want[pl[i].soff + b] = gen_byte(g.seed + i, t.src, b);
+      if (t.dst == me) {
+        memset(d + pl[i].roff, kPoison, t.rcount * t.es);
+        for (uint64_t b = 0; b < t.rcount * t.es; b++) want[pl[i].roff + b] = mismatched(t) ? kPoison : gen_byte(g.seed + i, t.src, b);
+      }
+    }
+    if (me == s.missing) {
+      usleep(300 * 1000);
+      for (int r = 0; r < c.n; r++) __atomic_store_n((u32*)c.ctl[r], 1u, __ATOMIC_SEQ_CST);
+      return kExitOK;
+    }
+    int maxLanes = 0;
+    const std::vector<P2PParams> qs = launches(s, g, pl, c, me, &maxLanes);
+    for (size_t li = 0; li < qs.size(); li++) {
+      char label[200];
+      snprintf(label, sizeof label, "%s group %zu launch %zu rank %d (%d lanes, %d channels, %d threads)", s.name.c_str(), gi,
+               li, me, (int)qs[li].nlanes, s.channels, s.threads);
+      const P2PParams& q = qs[li];
+      const int rc = emu_launch_body([&q] { goccl_p2p(q); }, (int)q.nlanes * s.channels, s.threads, o.timeout, label);
+      if (rc != kExitOK) {
+        printf("EMU-FATAL %s: %s\n", label, rc == kExitTimeout ? "timed out" : rc == kExitMisaligned ? "misaligned access" : "crashed");
+        return rc;
+      }
+    }
+    if (o.inject == "p2pcorrupt" && gi == 0 && me == 1)  // one received byte: the check must notice
+      for (size_t i = 0; i < g.t.size(); i++)
+        if (g.t[i].dst == me && g.t[i].rcount > 0) {
+          d[pl[i].roff] ^= 1;
+          break;
+        }
+    const u32 abortv = __atomic_load_n((u32*)c.ctl[me], __ATOMIC_SEQ_CST);
+    if (s.missing >= 0) {
+      printf("aborted %s rank %d: returned\n", s.name.c_str(), me);
+      continue;
+    }
+    // The error record: set exactly when this rank is in the bad pair.
+    const u32 ew = *(u32*)(c.ctl[me] + goccl::kErrOffset);
+    const u64 emine = *(u64*)(c.ctl[me] + goccl::kErrOffset + 8), etheirs = *(u64*)(c.ctl[me] + goccl::kErrOffset + 16);
+    if (bad) {
+      const bool send = bad->src == me;
+      const int peer = send ? bad->dst : bad->src;
+      const u32 wantw = 1u | (send ? 0u : 2u) | (u32)peer << 8;
+      const u64 wm = (send ? bad->scount : bad->rcount) * bad->es, wt = (send ? bad->rcount : bad->scount) * bad->es;
+      if (ew != wantw || emine != wm || etheirs != wt || abortv != 1) {
+        printf("FAIL %s group %zu rank %d: error record %#x mine=%llu theirs=%llu abort=%u, want %#x mine=%llu theirs=%llu abort=1\n",
+               s.name.c_str(), gi, me, ew, (unsigned long long)emine, (unsigned long long)etheirs, abortv, wantw,
+               (unsigned long long)wm, (unsigned long long)wt);
+        fails++;
+      }
+    } else if (ew != 0 || abortv != 0) {
+      printf("FAIL %s group %zu rank %d: error record %#x, abort flag %u after a group whose counts agree\n", s.name.c_str(), gi,
+             me, ew, abortv);
+      fails++;
+    }
+    // Past a mismatch the kernels stopped where they were: other pairs'
+    // data is not defined, only the bad pair's receive buffer is.
+    uint64_t nbad = 0, first = 0;
+    for (uint64_t b = 0; b < c.dataBytes; b++) {
+      if ((uint8_t)d[b] == want[b]) continue;
+      if (bad) {
+        bool inBad = false;
+        for (size_t i = 0; i < g.t.size(); i++)
+          if (&g.t[i] == bad && bad->dst == me && b >= pl[i].roff && b < pl[i].roff + bad->rcount * bad->es) inBad = true;
+        bool inRecv = false;
+        for (size_t i = 0; i < g.t.size(); i++)
+          if (g.t[i].dst == me && b >= pl[i].roff && b < pl[i].roff + g.t[i].rcount * g.t[i].es) inRecv = true;
+        if (inRecv && !inBad) continue;
+      }
+      if (nbad++ == 0) first = b;
+    }
+    if (nbad) {
+      std::string where = "outside every buffer";
+      for (size_t i = 0; i < g.t.size(); i++) {
+        const Transfer& t = g.t[i];
+        char w[160];
+        if (t.dst == me && first >= pl[i].roff && first < pl[i].roff + t.rcount * t.es) {
+          snprintf(w, sizeof w, "recv of transfer %zu (%d->%d, %llu x %d bytes) at byte %llu", i, t.src, t.dst,
+                   (unsigned long long)t.rcount, t.es, (unsigned long long)(first - pl[i].roff));
+          where = w;
+        } else if (t.src == me && first >= pl[i].soff && first < pl[i].soff + t.scount * t.es) {
+          snprintf(w, sizeof w, "send buffer of transfer %zu (%d->%d) changed at byte %llu", i, t.src, t.dst,
+                   (unsigned long long)(first - pl[i].soff));
+          where = w;
+        }
+      }
+      printf("FAIL %s group %zu rank %d: %llu wrong bytes, first at region offset %llu (%s): got 0x%02x, want 0x%02x\n",
+             s.name.c_str(), gi, me, (unsigned long long)nbad, (unsigned long long)first, where.c_str(), (uint8_t)d[first],
+             want[first]);
+      fails++;
+    }
+    if (bad) break;  // the communicator is aborted
+  }
+  fflush(stdout);
+  return fails ? kExitCheck : kExitOK;
+}
+
+void dump(const Comm& c, const Scenario& s) {
+  printf("state of every rank (channel 0 records):\n");
+  for (int r = 0; r < c.n; r++)
+    for (int peer = 0; peer < c.n; peer++) {
+      const char* rec = c.ws[r] + goccl::kP2POffset + (uint64_t)peer * goccl::kP2PMaxChannels * goccl::kP2PRecordBytes;
+      auto w = [&](int off) { return *(volatile u32*)(rec + off); };
+      printf("  rank %d about %d: sready=%u posted=%u rready=%u consumed=%u sendOps=%u sendChunks=%u recvOps=%u recvChunks=%u\n",
+             r, peer, w(goccl::kRecSReady), w(goccl::kRecPosted), w(goccl::kRecRReady), w(goccl::kRecConsumed),
+             w(goccl::kRecSendOps), w(goccl::kRecSendChunks), w(goccl::kRecRecvOps), w(goccl::kRecRecvChunks));
+    }
+  (void)s;
+}
+
+bool run_scenario(const Scenario& s, const EmuOptions& o) {
+  Comm c;
+  if (!comm_create(c, s)) return false;
+  size_t nt = 0;
+  for (const Group& g : s.groups) nt += g.t.size();
+  const bool ok = emu_run_ranks(s.nranks, [&](int r) { return run_rank(c, s, r, o); }, [&] { dump(c, s); }, s.name, nt,
+                                "transfers");
+  munmap(c.base, c.size);
+  return ok;
+}
+
+// ---- call numbers (common.cuh's Ctx::barrier, ll.cu) ------------------------
+
+// callskip: each staged family and LL at 2 and 3 ranks. Every rank makes
+// call 1; then rank 1 makes call 3 (it skipped call 2: left it out, or its
+// count was 0 so nothing launched) while the others make call 2, with the
+// same arguments, so that the flags alone would pair them. Every kernel
+// must return, and every rank must record kErrCall naming a rank that met
+// it in another call, with both numbers, and raise its abort flag.
+constexpr uint64_t kSkipCount = 1000;  // float32 elements
+
+int skip_rank(const Comm& c, const Scenario& s, int fam, int me, const EmuOptions& o) {
+  const int n = s.nranks;
+  char* send = c.data[me];
+  char* recv = c.data[me] + rup(n * kSkipCount * 4, 4096);
+  for (uint64_t i = 0; i < n * kSkipCount; i++) {
+    const float v = (float)(me + 1) + (float)i * 0.5f;
+    memcpy(send + 4 * i, &v, 4);
+  }
+  const uint64_t seqs[2] = {1, me == 1 ? 3u : 2u};
+  for (int li = 0; li < 2; li++) {
+    goccl::Params p{};
+    p.send = (u64)send;
+    p.recv = (u64)recv;
+    p.count = kSkipCount;
+    p.abortFlag = (u64)c.ctl[me];
+    p.signals = (u64)c.ws[me];
+    for (int r = 0; r < n; r++) {
+      p.peerSignals[r] = (u64)c.ws[r];
+      p.peerStaging[r] = (u64)c.ws[r] + kSignalSize;
+    }
+    p.slotBytes = s.slotBytes;
+    p.blockSlots = (u32)s.slots;
+    p.shareBytes = 16;
+    p.rank = me;
+    p.nranks = n;
+    p.root = 0;
+    p.elemSize = 4;
+    p.llOffset = c.llOffset;
+    p.seq = seqs[li];
+    char label[160];
+    snprintf(label, sizeof label, "%s call %llu (%s) rank %d", s.name.c_str(), (unsigned long long)p.seq, kFamilyName[fam], me);
+    const int rc = emu_launch(kernel_for(fam, kF32, kSum), p, fam == kARL ? 1 : 2, 16, o.timeout, label);
+    if (rc != kExitOK) {
+      printf("EMU-FATAL %s: %s\n", label, rc == kExitTimeout ? "timed out" : "crashed");
+      return rc;
+    }
+  }
+  const u32 ew = *(u32*)(c.ctl[me] + goccl::kErrOffset);
+  const u64 mine = *(u64*)(c.ctl[me] + goccl::kErrOffset + 8), theirs = *(u64*)(c.ctl[me] + goccl::kErrOffset + 16);
+  const u32 abortv = *(volatile u32*)c.ctl[me];
+  const int peer = (int)(ew >> 8);
+  const bool peerOK = me == 1 ? peer != 1 && peer < n : peer == 1;
+  const u64 wm = me == 1 ? 3 : 2, wt = me == 1 ? 2 : 3;
+  if ((ew & 0xff) != (1u | goccl::kErrCall << 1) || !peerOK || mine != wm || theirs != wt || abortv != 1) {
+    printf("FAIL %s rank %d: error record %#x (peer %d) mine=%llu theirs=%llu abort=%u, want code %u, mine=%llu theirs=%llu\n",
+           s.name.c_str(), me, ew, peer, (unsigned long long)mine, (unsigned long long)theirs, abortv,
+           1u | goccl::kErrCall << 1, (unsigned long long)wm, (unsigned long long)wt);
+    return kExitCheck;
+  }
+  printf("%s rank %d: call %llu met rank %d in call %llu: reported\n", s.name.c_str(), me, (unsigned long long)mine, peer,
+         (unsigned long long)theirs);
+  return kExitOK;
+}
+
+bool run_callskip(const EmuOptions& o) {
+  bool ok = true;
+  for (int n : {2, 3})
+    for (int fam = 0; fam < kNumFamilies; fam++) {
+      Scenario s = base("", "callskip", n, 4, 1, 16, 1024);
+      s.name = std::string("callskip") + std::to_string(n) + "-" + kFamilyName[fam];
+      s.minData = 2 * rup(n * kSkipCount * 4, 4096);
+      Comm c;
+      if (!comm_create(c, s)) return false;
+      ok = emu_run_ranks(n, [&](int r) { return skip_rank(c, s, fam, r, o); }, [&] { dump(c, s); }, s.name, 2, "calls") && ok;
+      munmap(c.base, c.size);
+    }
+  return ok;
+}
+
+}  // namespace
+
+std::vector<std::string> p2p_groups() { return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch", "callskip"}; }
+
+bool p2p_run_group(const std::string& group, const EmuOptions& o) {
+  if (group == "callskip") return run_callskip(o);
+  bool ok = true;
+  for (const Scenario& s : scenarios(o.seed))
+    if (s.group == group) ok = run_scenario(s, o) && ok;
+  return ok;
+}
