@@ -142,6 +142,15 @@ func (p *pairs) ring(q int) {
 	}
 }
 
+// wakeAll wakes every rank sleeping on its doorbell (an abort: they must
+// see it at once, not at the end of their bounded sleep).
+func (p *pairs) wakeAll() {
+	for _, w := range p.bells {
+		atomic.AddUint32(w, 1)
+		futexWake(w)
+	}
+}
+
 // pending is one point-to-point operation of the running group.
 type pending struct {
 	op    *collectives.P2P

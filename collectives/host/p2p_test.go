@@ -408,6 +408,10 @@ func TestPointToPointWaitsEnd(t *testing.T) {
 			require.ErrorIs(t, err, collectives.ErrAborted)
 			assert.ErrorIs(t, err, cause)
 		}},
+		{"Send: this rank closes", send, time.Minute, func(j *job, _ func()) { require.NoError(t, j.bes[0].Close()) }, func(t *testing.T, err error) {
+			require.ErrorIs(t, err, collectives.ErrAborted)
+			assert.ErrorIs(t, err, collectives.ErrClosed)
+		}},
 		{"Recv: the context ends", recv, time.Minute, func(_ *job, cancel func()) { cancel() }, func(t *testing.T, err error) {
 			require.ErrorIs(t, err, collectives.ErrAborted)
 			assert.ErrorIs(t, err, context.Canceled)
