@@ -136,6 +136,12 @@ func (r *runner) p2pCheck(ctx context.Context, do func() error, sh Shape, t coll
 	if err := sp.Fill(r.recv, 0, int(sh.RecvBytes), poison); err != nil {
 		return 0, err
 	}
+	if inPlace && test == Scatter {
+		// The output lies in the send buffer: this rank's block.
+		if err := sp.Fill(r.send, me*one, one, poison); err != nil {
+			return 0, err
+		}
+	}
 	// Blocks this rank sends: to whom, at which offset of the send side.
 	type block struct{ peer, off int }
 	var sends, recvs []block

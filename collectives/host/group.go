@@ -28,6 +28,9 @@ import (
 // A Send and its Recv that disagree on the size make both return an error
 // naming both counts; the pair stays usable and the group's other calls
 // (the collectives included, so that no rank waits for this one) still run.
+// Ranks whose numbered calls (AllToAll, AllToAllv, Gather, Scatter) meet
+// with different kinds or call numbers abort the communicator with an
+// error wrapping collectives.ErrCallMismatch that names both calls.
 func (b *backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	for i := range g.P2P {
 		if err := g.P2P[i].Validate(b.rank, b.n); err != nil {
@@ -36,7 +39,7 @@ func (b *backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	}
 	var p2pErr error
 	if len(g.P2P) > 0 {
-		p2pErr = b.runPairs(ctx, g.P2P)
+		p2pErr = b.runPairs(ctx, g)
 		if p2pErr != nil && b.failure.Load() != nil {
 			return p2pErr
 		}
@@ -52,7 +55,8 @@ func (b *backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 // runPairs moves every operation of ops to its end. It returns the first
 // size mismatch (after finishing everything else) or the failure that
 // stopped it.
-func (b *backend) runPairs(ctx context.Context, ops []collectives.P2P) error {
+func (b *backend) runPairs(ctx context.Context, g *collectives.Group) error {
+	ops := g.P2P
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -62,6 +66,7 @@ func (b *backend) runPairs(ctx context.Context, ops []collectives.P2P) error {
 		return err
 	}
 	p := &b.p2p
+	p.kind, p.gseq = g.Kind, g.Seq
 	st := p.ops[:0]
 	for i := range ops {
 		op := &ops[i]

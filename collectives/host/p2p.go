@@ -57,8 +57,10 @@ const (
 	pageBytes = 4096
 	hdrSeq    = 0  // uint64: the pair's message number, from 1
 	hdrType   = 8  // uint32: the sender's datatype
+	hdrGKind  = 12 // uint32: the kind of the sender's group (AllToAll, Gather, ...)
 	hdrCount  = 16 // uint64: the sender's element count
 	hdrBytes  = 24 // uint64: the sender's byte count
+	hdrGSeq   = 32 // uint64: the call number of the sender's group
 )
 
 // ringBytes is the ring of each ordered pair: the staging size split over
@@ -94,6 +96,8 @@ type pairs struct {
 	sendSeq, sendDone, recvSeq, recvDone []uint64
 	posted, consumed                     []uint32
 	ops                                  []pending // reused by every group
+	kind                                 collectives.GroupKind
+	gseq                                 uint64 // the running group's kind and call number
 }
 
 // initPairs maps the channels: base is where the region starts in every
@@ -135,6 +139,15 @@ func (p *pairs) ring(q int) {
 	atomic.AddUint32(p.bells[q], 1)
 	if atomic.LoadUint32(p.bellWait[q]) != 0 {
 		futexWake(p.bells[q])
+	}
+}
+
+// wakeAll wakes every rank sleeping on its doorbell (an abort: they must
+// see it at once, not at the end of their bounded sleep).
+func (p *pairs) wakeAll() {
+	for _, w := range p.bells {
+		atomic.AddUint32(w, 1)
+		futexWake(w)
 	}
 }
 
@@ -181,6 +194,8 @@ func (b *backend) advanceSend(o *pending) bool {
 		le.PutUint32(s[hdrType:], uint32(o.op.Type))
 		le.PutUint64(s[hdrCount:], uint64(o.op.Count))
 		le.PutUint64(s[hdrBytes:], uint64(len(o.buf)))
+		le.PutUint32(s[hdrGKind:], uint32(p.kind))
+		le.PutUint64(s[hdrGSeq:], p.gseq)
 		copy(s[slotHdr:slotHdr+m], o.buf[o.off:o.off+m])
 		o.started = true
 		o.off += m
@@ -220,6 +235,15 @@ func (b *backend) advanceRecv(o *pending) (bool, error) {
 				"%w: host: rank %d: Recv from rank %d: message %d arrived, want %d", collectives.ErrAborted, b.rank, q, seq, o.seq)})
 		}
 		if o.total < 0 {
+			// Both calls numbered (AllToAll, Gather, ...): a rank that
+			// skipped or added one meets its peer in another call, and the
+			// communicator cannot go on.
+			k, gs := collectives.GroupKind(le.Uint32(s[hdrGKind:])), le.Uint64(s[hdrGSeq:])
+			if k != collectives.PlainGroup && p.kind != collectives.PlainGroup && (k != p.kind || gs != p.gseq) {
+				return moved, b.fail(&collectives.PeerError{Rank: q, Cause: fmt.Errorf(
+					"%w: %w: host: rank %d is in %s (call %d), rank %d in %s (call %d)",
+					collectives.ErrAborted, collectives.ErrCallMismatch, q, k, gs, b.rank, p.kind, p.gseq)})
+			}
 			o.started = true
 			o.total = int(le.Uint64(s[hdrBytes:]))
 			if o.total != len(o.buf) {

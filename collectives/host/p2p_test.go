@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -407,6 +408,10 @@ func TestPointToPointWaitsEnd(t *testing.T) {
 			require.ErrorIs(t, err, collectives.ErrAborted)
 			assert.ErrorIs(t, err, cause)
 		}},
+		{"Send: this rank closes", send, time.Minute, func(j *job, _ func()) { require.NoError(t, j.bes[0].Close()) }, func(t *testing.T, err error) {
+			require.ErrorIs(t, err, collectives.ErrAborted)
+			assert.ErrorIs(t, err, collectives.ErrClosed)
+		}},
 		{"Recv: the context ends", recv, time.Minute, func(_ *job, cancel func()) { cancel() }, func(t *testing.T, err error) {
 			require.ErrorIs(t, err, collectives.ErrAborted)
 			assert.ErrorIs(t, err, context.Canceled)
@@ -526,5 +531,49 @@ func TestSelfSizeMismatch(t *testing.T) {
 	p := newPlan(2)
 	p.add(0, 0, 3000, collectives.Int32)
 	p.add(1, 1, 5, collectives.Int8)
+	require.NoError(t, j.execute(p))
+}
+
+// A rank that skipped a call meets its peer's next one: the numbered
+// calls disagree and the communicator aborts, naming both.
+func TestNumberedCallsMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		kind1      collectives.GroupKind
+		seq0, seq1 uint64
+	}{
+		{"AllToAll numbers 5 and 6", collectives.AllToAllGroup, 5, 6},
+		{"AllToAll against Gather", collectives.GatherGroup, 5, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, 2, Config{Timeout: time.Minute})
+			bufs := [][]byte{alloc(64), alloc(64), alloc(64), alloc(64)}
+			groups := make([]*collectives.Group, 2)
+			for r := range groups {
+				groups[r] = &collectives.Group{Kind: collectives.AllToAllGroup, Seq: tc.seq0, P2P: []collectives.P2P{
+					{Kind: collectives.SendOp, Peer: 1 - r, Buf: addr(bufs[2*r]), Count: 16, Type: collectives.Int32},
+					{Kind: collectives.RecvOp, Peer: 1 - r, Buf: addr(bufs[2*r+1]), Count: 16, Type: collectives.Int32},
+				}}
+			}
+			groups[1].Kind, groups[1].Seq = tc.kind1, tc.seq1
+			errs := j.runGroups(context.Background(), groups)
+			runtime.KeepAlive(bufs)
+			named := 0
+			for r, err := range errs {
+				require.ErrorIs(t, err, collectives.ErrAborted, "rank %d", r)
+				if errors.Is(err, collectives.ErrCallMismatch) {
+					named++
+					assert.Contains(t, err.Error(), fmt.Sprintf("in %s (call %d)", tc.kind1, tc.seq1))
+					assert.Contains(t, err.Error(), fmt.Sprintf("in AllToAll (call %d)", tc.seq0))
+				}
+			}
+			assert.Positive(t, named, "a rank that saw the other call names both")
+		})
+	}
+	// Plain groups are not numbered: the same messages pair.
+	j := newJob(t, 2, Config{Timeout: time.Minute})
+	p := newPlan(2)
+	p.add(0, 1, 16, collectives.Int32)
+	p.add(1, 0, 16, collectives.Int32)
 	require.NoError(t, j.execute(p))
 }

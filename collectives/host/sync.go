@@ -214,6 +214,7 @@ func (b *backend) fail(err error) error {
 			for _, w := range b.seq {
 				futexWake(w)
 			}
+			b.p2p.wakeAll() // ranks asleep in point-to-point waits
 		}
 		b.amu.Unlock()
 	}
