@@ -46,8 +46,10 @@ const (
 	// a busy machine. The wait polls without yielding, as MPI's does: two
 	// ranks that yield to each other can settle into taking turns on one
 	// CPU, which the OS then never spreads over two, and every call pays
-	// two context switches; ranks that stay runnable get a CPU each.
-	spinFor   = 2 * time.Millisecond
+	// two context switches; ranks that stay runnable get a CPU each. A
+	// few hundred microseconds are enough for that, and bound what a wait
+	// on a peer that really shares this CPU costs before it sleeps.
+	spinFor   = 300 * time.Microsecond
 	pollRound = 256 // loads between clock reads while spinning
 	maxSleep  = 20 * time.Millisecond
 	minNap    = 2 * time.Microsecond
