@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -66,4 +67,22 @@ func TestDebugLevels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A failure reaches the caller as an error; at the default level (WARN)
+// it adds no log lines on top of it, on any rank.
+func TestFailureLogsNoWarnings(t *testing.T) {
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	comms, err := InitAll(context.Background(), []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{}, Logger: log})
+	require.NoError(t, err)
+	comms[1].Abort(errors.New("test abort"))
+	b := make([]float32, 64)
+	err = AllReduceSlice(context.Background(), comms[0], b, b, Sum)
+	require.ErrorIs(t, err, ErrAborted)
+	assert.Contains(t, err.Error(), "test abort")
+	for _, c := range comms {
+		_ = c.Close()
+	}
+	assert.NotContains(t, logs.String(), "level=WARN", logs.String())
 }

@@ -31,6 +31,7 @@ type backend struct {
 	step      uint32        // the last step this rank arrived at
 	spins     int           // busy polls before yielding (0 when oversubscribed)
 	napFor    time.Duration // goroutine naps before futex sleeps (ranks sharing a process)
+	spinLeft  time.Duration // spinWait's budget now, adapted to how waits end (sync.go)
 
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch

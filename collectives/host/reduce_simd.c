@@ -18,7 +18,9 @@
 
 // No fused multiply-add or other contraction, whatever the flags: the
 // build's CFLAGS cannot carry -ffp-contract=off through cgo's allowlist.
-#pragma GCC optimize("fp-contract=off")
+// O3 lets the compiler vectorize the half types' conversion loops; it
+// changes no floating-point semantics (that would take -ffast-math).
+#pragma GCC optimize("O3", "fp-contract=off")
 #if defined(__FAST_MATH__)
 #error "reduce_simd.c must not be built with -ffast-math: results must match the Go kernels bit for bit"
 #endif
@@ -151,6 +153,86 @@
 		for (size_t j = 0; j < (m); j++) (d)[j] /= q;                                  \
 	} while (0)
 
+
+// The 16-bit float types: each block is widened to float32, reduced there
+// across all sources with the float32 accumulate loops (the accumulator's
+// NaN wins, as in the Go kernels), divided for avg, and narrowed once.
+// The conversions are branch-free forms of the Go kernels' (reduce_half.go)
+// with the same results, so that the compiler vectorizes them.
+
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+#define HALF_CONV(ISA, ATTR)                                                           \
+	ATTR static void widen_bf16_##ISA(float *d, const uint16_t *s, size_t n) {         \
+		for (size_t i = 0; i < n; i++) d[i] = u2f((uint32_t)s[i] << 16);               \
+	}                                                                                  \
+	ATTR static void narrow_bf16_##ISA(uint16_t *d, const float *s, size_t n) {        \
+		for (size_t i = 0; i < n; i++) {                                               \
+			uint32_t b = f2u(s[i]);                                                    \
+			uint16_t nan = (uint16_t)((b >> 16) | 0x40);                               \
+			uint16_t r = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);              \
+			d[i] = (b & 0x7fffffff) > 0x7f800000 ? nan : r;                            \
+		}                                                                              \
+	}                                                                                  \
+	ATTR static void widen_f16_##ISA(float *d, const uint16_t *s, size_t n) {          \
+		const uint32_t shexp = 0x7c00u << 13;                                          \
+		for (size_t i = 0; i < n; i++) {                                               \
+			uint32_t h = s[i];                                                         \
+			uint32_t o = (h & 0x7fff) << 13;                                           \
+			uint32_t e = o & shexp;                                                    \
+			o += (127 - 15) << 23;                                                     \
+			uint32_t inf = o + ((128 - 16) << 23);                                     \
+			uint32_t sub = f2u(u2f(o + (1u << 23)) - u2f(113u << 23));                 \
+			o = e == shexp ? inf : (e == 0 ? sub : o);                                 \
+			d[i] = u2f(o | (h & 0x8000) << 16);                                        \
+		}                                                                              \
+	}                                                                                  \
+	ATTR static void narrow_f16_##ISA(uint16_t *d, const float *s, size_t n) {         \
+		const uint32_t magic = ((127 - 15) + (23 - 10) + 1) << 23;                     \
+		for (size_t i = 0; i < n; i++) {                                               \
+			uint32_t u = f2u(s[i]);                                                    \
+			uint16_t sign = (uint16_t)(u >> 16) & 0x8000;                              \
+			u &= 0x7fffffff;                                                           \
+			uint16_t big = u > 0x7f800000 ? 0x7e00 : 0x7c00;                           \
+			uint16_t small = (uint16_t)(f2u(u2f(u) + u2f(magic)) - magic);             \
+			uint16_t norm = (uint16_t)((u - ((127u - 15) << 23) + 0xfff + ((u >> 13) & 1)) >> 13); \
+			uint16_t r = u >= (127u + 16) << 23 ? big : (u < 113u << 23 ? small : norm); \
+			d[i] = sign | r;                                                           \
+		}                                                                              \
+	}
+
+#define HALF_DRIVER(ISA, ATTR, H, OPN, LOOP, AVG)                                        \
+	ATTR static void H##_##OPN##_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
+	                                   size_t n, int nranks) {                         \
+		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
+		float acc[blk], t[blk];                                                        \
+		uint16_t *d = (uint16_t *)dv;                                                  \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			widen_##H##_##ISA(acc, (const uint16_t *)srcs[0] + lo, m);                 \
+			for (int k = 1; k < nsrc; k++) {                                           \
+				widen_##H##_##ISA(t, (const uint16_t *)srcs[k] + lo, m);               \
+				f32_##LOOP##in_##ISA(acc, t, m);                                       \
+			}                                                                          \
+			if (AVG) DIVBY(float, acc, m, nranks);                                     \
+			narrow_##H##_##ISA(d + lo, acc, m);                                        \
+		}                                                                              \
+	}
+
+#define HALF_ALL(ISA, ATTR)                                                            \
+	HALF_CONV(ISA, ATTR)                                                               \
+	HALF_DRIVER(ISA, ATTR, bf16, sum, sum, 0)                                          \
+	HALF_DRIVER(ISA, ATTR, bf16, prod, prod, 0)                                        \
+	HALF_DRIVER(ISA, ATTR, bf16, min, min, 0)                                          \
+	HALF_DRIVER(ISA, ATTR, bf16, max, max, 0)                                          \
+	HALF_DRIVER(ISA, ATTR, bf16, avg, sum, 1)                                          \
+	HALF_DRIVER(ISA, ATTR, f16, sum, sum, 0)                                           \
+	HALF_DRIVER(ISA, ATTR, f16, prod, prod, 0)                                         \
+	HALF_DRIVER(ISA, ATTR, f16, min, min, 0)                                           \
+	HALF_DRIVER(ISA, ATTR, f16, max, max, 0)                                           \
+	HALF_DRIVER(ISA, ATTR, f16, avg, sum, 1)
+
 #define ALL(ISA, ATTR, VS)                                                             \
 	ARITH(ISA, ATTR, VS, uint8_t, u8, sum, +)                                          \
 	ARITH(ISA, ATTR, VS, uint32_t, u32, sum, +)                                        \
@@ -208,6 +290,7 @@
 	DRIVER(ISA, ATTR, uint64_t, u64, avg, uint64_t, u64, sum, DIVBY)                                       \
 	DRIVER(ISA, ATTR, float, f32, avg, float, f32, sum, DIVBY)                                          \
 	DRIVER(ISA, ATTR, double, f64, avg, double, f64, sum, DIVBY)                                         \
+	HALF_ALL(ISA, ATTR)                                                                \
 	static void (*const table_##ISA[GR_NKERNELS])(void *, const uintptr_t *, int, size_t, int) = { \
 		[GR_U8_SUM] = u8_sum_##ISA, [GR_U32_SUM] = u32_sum_##ISA, [GR_U64_SUM] = u64_sum_##ISA, \
 		[GR_F32_SUM] = f32_sum_##ISA, [GR_F64_SUM] = f64_sum_##ISA,                     \
@@ -221,6 +304,12 @@
 		[GR_F32_MAX] = f32_max_##ISA, [GR_F64_MAX] = f64_max_##ISA,                     \
 		[GR_I64_AVG] = i64_avg_##ISA, [GR_U64_AVG] = u64_avg_##ISA,                     \
 		[GR_F32_AVG] = f32_avg_##ISA, [GR_F64_AVG] = f64_avg_##ISA,                     \
+		[GR_BF16_SUM] = bf16_sum_##ISA, [GR_BF16_PROD] = bf16_prod_##ISA,               \
+		[GR_BF16_MIN] = bf16_min_##ISA, [GR_BF16_MAX] = bf16_max_##ISA,                 \
+		[GR_BF16_AVG] = bf16_avg_##ISA,                                                \
+		[GR_F16_SUM] = f16_sum_##ISA, [GR_F16_PROD] = f16_prod_##ISA,                   \
+		[GR_F16_MIN] = f16_min_##ISA, [GR_F16_MAX] = f16_max_##ISA,                     \
+		[GR_F16_AVG] = f16_avg_##ISA,                                                  \
 	};
 
 ALL(sse2, , 16)

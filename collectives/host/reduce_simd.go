@@ -58,7 +58,7 @@ func isaName(isa int) string {
 }
 
 // vecKernels maps (type, op) to a vector kernel, -1 where the Go kernel
-// stays (the half types and the 8- and 32-bit averages, which widen).
+// stays (the 8- and 32-bit averages, which sum in 64 bits).
 var vecKernels = func() (k [10][5]int) {
 	for t := range k {
 		for o := range k[t] {
@@ -76,6 +76,8 @@ var vecKernels = func() (k [10][5]int) {
 	set(collectives.Uint64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_U64_MIN, C.GR_U64_MAX, C.GR_U64_AVG)
 	set(collectives.Float32, C.GR_F32_SUM, C.GR_F32_PROD, C.GR_F32_MIN, C.GR_F32_MAX, C.GR_F32_AVG)
 	set(collectives.Float64, C.GR_F64_SUM, C.GR_F64_PROD, C.GR_F64_MIN, C.GR_F64_MAX, C.GR_F64_AVG)
+	set(collectives.BFloat16, C.GR_BF16_SUM, C.GR_BF16_PROD, C.GR_BF16_MIN, C.GR_BF16_MAX, C.GR_BF16_AVG)
+	set(collectives.Float16, C.GR_F16_SUM, C.GR_F16_PROD, C.GR_F16_MIN, C.GR_F16_MAX, C.GR_F16_AVG)
 	return k
 }()
 

@@ -121,3 +121,24 @@ func TestScalarMinMaxSemantics(t *testing.T) {
 	require.Equal(t, uint32(0), math.Float32bits(d[2]), "+0 kept against -0")
 	require.Equal(t, uint32(0x80000000), math.Float32bits(d[3]), "-0 kept against +0")
 }
+
+// BenchmarkReduceKernels: two sources into a third, per instruction set,
+// at a size that stays in L2 and one that streams from memory.
+func BenchmarkReduceKernels(b *testing.B) {
+	for _, dt := range []collectives.DataType{collectives.Float32, collectives.Float64, collectives.Int32, collectives.BFloat16} {
+		for _, size := range []int{256 << 10, 16 << 20} {
+			for _, isa := range isas() {
+				table := kernelsFor(isa)
+				b.Run(fmt.Sprintf("%s/%s/%dKiB/%s", dt, collectives.Sum, size>>10, isaName(isa)), func(b *testing.B) {
+					srcs := [][]byte{make([]byte, size), make([]byte, size)}
+					dst := make([]byte, size)
+					var sc scratch
+					b.SetBytes(int64(size))
+					for b.Loop() {
+						table[dt][collectives.Sum](dst, srcs, 2, &sc)
+					}
+				})
+			}
+		}
+	}
+}

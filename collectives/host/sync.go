@@ -47,8 +47,15 @@ const (
 	// a busy machine. The wait polls without yielding, as MPI's does: two
 	// ranks that yield to each other can settle into taking turns on one
 	// CPU, which the OS then never spreads over two, and every call pays
-	// two context switches; ranks that stay runnable get a CPU each.
-	spinFor   = 2 * time.Millisecond
+	// two context switches; ranks that stay runnable get a CPU each. A
+	// few hundred microseconds are enough for that, and bound what a wait
+	// on a peer that really shares this CPU costs before it sleeps.
+	spinFor = 300 * time.Microsecond
+	minSpin = 5 * time.Microsecond // the least spinWait's budget falls to
+	// yieldFor bounds the phase after the budget, polling with an OS yield
+	// between rounds: a peer waiting for this CPU then runs at once, for
+	// the price of two context switches rather than a futex wake-up.
+	yieldFor  = time.Millisecond
 	pollRound = 256 // loads between clock reads while spinning
 	maxSleep  = 20 * time.Millisecond
 	minNap    = 2 * time.Microsecond
@@ -156,22 +163,45 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 
 // spinWait polls w for up to spinFor; it reports whether step s was
 // reached.
+//
+// The budget adapts: a wait that outlasts it (the peer is descheduled, as
+// on a machine busier than its CPUs) cuts it to a quarter, down to
+// minSpin, so that such a machine pays a futex wake-up per wait rather
+// than a whole spin; a wait that ends within it doubles it, up to spinFor.
 func (b *backend) spinWait(ctx context.Context, w *uint32, s uint32) (bool, error) {
+	if b.spinLeft == 0 {
+		b.spinLeft = spinFor
+	}
 	start := time.Now()
+	yielding := false
 	for {
 		for i := 0; i < pollRound; i++ {
 			if reached(atomic.LoadUint32(w), s) {
+				if !yielding {
+					b.spinLeft = min(2*b.spinLeft, spinFor)
+				}
 				return true, nil
 			}
 		}
 		if err := b.interrupted(ctx); err != nil {
 			return false, err
 		}
-		if time.Since(start) > spinFor {
-			return false, nil
+		d := time.Since(start)
+		if !yielding && d > b.spinLeft {
+			b.spinLeft = max(b.spinLeft/4, minSpin)
+			yielding = true
+		}
+		if yielding {
+			if d > yieldFor {
+				return false, nil
+			}
+			osYield()
 		}
 	}
 }
+
+// osYield lets another thread have this CPU, if one is waiting for it.
+func osYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // interrupted returns the error that ends a wait: a local or remote
 // abort, or the context's end (which aborts the job: a rank that leaves
