@@ -127,6 +127,9 @@ func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]s
 	if err != nil {
 		return nil, err
 	}
+	if set.rec, err = parseRecorderEnv(env); err != nil {
+		return nil, err
+	}
 	if spec.nranks < 1 || spec.nranks > maxRanks {
 		return nil, fmt.Errorf("%w: nranks=%d not in [1,%d]", collectives.ErrInvalidArgument, spec.nranks, maxRanks)
 	}
@@ -148,6 +151,7 @@ func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]s
 		_ = boot.Close()
 		return nil, err
 	}
+	c.registerRecorder()
 	set.log.Info("goccl: communicator ready", "rank", c.rank, "nranks", c.size, "backend", c.backendName, "device", c.device)
 	return c, nil
 }
@@ -272,6 +276,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		rank: spec.rank, size: spec.nranks, localRank: spec.localRank, device: device,
 		backendName: name, backend: be, boot: boot, log: set.log, check: set.check,
 	}
+	c.startRecorder(set)
 	boot.setOnFailure(c.onPeerFailure)
 	if err := boot.Barrier(ctx); err != nil {
 		be.Abort(err)

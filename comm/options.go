@@ -93,6 +93,7 @@ type settings struct {
 	log        *slog.Logger
 	hbInterval time.Duration
 	factory    BackendFactory
+	rec        recorderSettings // GOCCL_RECORDER_*, GOCCL_METRICS_ADDR (record.go)
 }
 
 func (o *Options) env() map[string]string {
