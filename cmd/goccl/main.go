@@ -1,6 +1,7 @@
 // Command goccl is the user's entry point: run launches multi-rank jobs,
 // bench measures collectives in nccl-tests' format, plot draws saved
-// bench reports, info shows what the runtime sees and would choose.
+// bench reports, info shows what the runtime sees and would choose, trace
+// and dump read the ranks' flight records.
 package main
 
 import (
@@ -15,6 +16,8 @@ commands:
   bench  <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
   plot   -o FILE.png RUN.json [PEER.json...]                busbw against size from saved reports
   info   [--json]                                            devices, links, choices
+  trace  [-o trace.json] [-png out.png] rank*.json           flight records as a Chrome trace and a timeline
+  dump   PID                                                 a running rank's flight record (SIGUSR1)
 `
 
 func main() {
@@ -33,6 +36,10 @@ func main() {
 		code = plotMain(args)
 	case "info":
 		code = infoMain(args)
+	case "trace":
+		code = traceMain(args)
+	case "dump":
+		code = dumpMain(args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
