@@ -156,6 +156,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Ranks[i] = RankStatus{Rank: i, ExitCode: -1}
 	}
 
+	start := time.Now()
 	recDir, cleanRec := recorderDir(&c)
 	defer cleanRec()
 	out, errs := &sink{w: c.Stdout}, &sink{w: c.Stderr}
@@ -182,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	jr.loop(ctx, events)
 	o.drain(drainWait)
 	if res.FirstFailed >= 0 || res.TimedOut {
-		res.Summary = summarize(recDir)
+		res.Summary = summarize(recDir, start)
 	}
 	return res, jr.result()
 }

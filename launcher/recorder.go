@@ -85,11 +85,11 @@ func (j *jobRun) askDumps() {
 
 // summarize names, from the records in dir, what the ranks of a stopped
 // job were doing.
-func summarize(dir string) []string {
+func summarize(dir string, since time.Time) []string {
 	if dir == "" {
 		return nil
 	}
-	lines, err := recorder.Summaries(dir, time.Now())
+	lines, err := recorder.Summaries(dir, since, time.Now())
 	if err != nil {
 		return nil
 	}

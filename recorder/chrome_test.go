@@ -160,7 +160,7 @@ func TestFilesRoundTrip(t *testing.T) {
 		require.NotNil(t, got[r])
 		assert.Equal(t, recs[r].Calls, got[r].Calls)
 	}
-	lines, err := Summaries(dir, jobNow(recs))
+	lines, err := Summaries(dir, time.Time{}, jobNow(recs))
 	require.NoError(t, err)
 	require.Len(t, lines, 1)
 	assert.Equal(t, "ranks 0 and 2 have not entered Broadcast #11 (int8, 8 B, root 0); rank 1 waits in it; "+

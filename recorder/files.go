@@ -89,13 +89,21 @@ func ReadDir(dir string) (map[string][]*Record, error) {
 	return out, nil
 }
 
-// Summaries explains every communicator of dir whose records say it
-// aborted, one line each, prefixed with the communicator's id when there
-// are several.
-func Summaries(dir string, now time.Time) ([]string, error) {
+// Summaries explains every communicator of dir with records written
+// since then (other than the announcements of ranks that can dump), one
+// line each, prefixed with the communicator's id when there are several.
+func Summaries(dir string, since, now time.Time) ([]string, error) {
 	all, err := ReadDir(dir)
 	if err != nil {
 		return nil, err
+	}
+	for id, rs := range all {
+		for r, rec := range rs {
+			if rec != nil && rec.Written < since.UnixNano() {
+				rs[r] = nil // an earlier job's
+			}
+		}
+		all[id] = rs
 	}
 	var ids []string
 	for id, rs := range all {

@@ -121,7 +121,7 @@ func FormatBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", f, units[u])
 }
 
-// MarshalJSON is the default, indented for people.
+// JSON is the record as the files hold it, indented for people.
 func (r Record) JSON() ([]byte, error) {
 	type plain Record
 	return json.MarshalIndent(plain(r), "", " ")
