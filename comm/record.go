@@ -93,15 +93,6 @@ func (c *Comm) registerRecorder() {
 	if c.rec == nil {
 		return
 	}
-	if dir := c.obs.set.dir; dir != "" {
-		// Say that this process answers SIGUSR1 (launchers ask ranks that
-		// did before they stop a job).
-		rec := c.rec.Snapshot()
-		rec.Reason = "init"
-		if _, err := recorder.WriteFile(dir, &rec); err != nil {
-			c.log.Warn("goccl: flight recorder", "rank", c.rank, "err", err)
-		}
-	}
 	register(c)
 }
 
@@ -109,17 +100,36 @@ func (c *Comm) registerRecorder() {
 // (GOCCL_RECORDER_SIZE, default 2000), oldest first. Empty when the
 // recorder is off.
 func (c *Comm) Record() recorder.Record {
-	return c.rec.Snapshot()
+	return c.snapshot()
 }
 
 // Stats returns this rank's statistics per call kind and size class of
 // the calls that finished (host backend; GPU calls once their device
 // times are known).
-func (c *Comm) Stats() []recorder.Stat { return c.rec.Stats() }
+func (c *Comm) Stats() []recorder.Stat {
+	c.resolve()
+	return c.rec.Stats()
+}
+
+// recMeta is what the records say about this communicator.
+func (c *Comm) recMeta() recorder.Meta { return c.rec.Meta() }
+
+// resolve gives enqueued calls the times the device recorded, where the
+// backend keeps them.
+func (c *Comm) resolve() {
+	if dc, ok := c.backend.(recorder.DeviceClock); ok {
+		c.rec.Resolve(dc)
+	}
+}
+
+func (c *Comm) snapshot() recorder.Record {
+	c.resolve()
+	return c.rec.Snapshot()
+}
 
 // writeRecord writes the ring to dir with reason.
 func (c *Comm) writeRecord(dir, reason string, cause error) (string, error) {
-	rec := c.rec.Snapshot()
+	rec := c.snapshot()
 	rec.Reason = reason
 	if cause != nil {
 		rec.Error = cause.Error()
@@ -193,12 +203,12 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 	recs := make([]*recorder.Record, c.size)
 	for _, p := range liveComms() {
 		if p.obs.comm == c.obs.comm && p.rank < c.size && p.size == c.size {
-			rec := p.rec.Snapshot()
+			rec := p.snapshot()
 			rec.Reason = "abort"
 			recs[p.rank] = &rec
 		}
 	}
-	own := c.rec.Snapshot()
+	own := c.snapshot()
 	recs[c.rank] = &own
 	dir := c.obs.set.dir
 	if dir == "" {
@@ -211,7 +221,7 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 			if r == c.rank || (recs[r] != nil && recs[r].Reason == "abort") {
 				continue
 			}
-			if rec, err := recorder.ReadFile(filepath.Join(dir, recorder.FileName(r, c.obs.comm))); err == nil && rec.Reason != "init" {
+			if rec, err := recorder.ReadFile(filepath.Join(dir, recorder.FileName(r, c.obs.comm))); err == nil {
 				recs[r] = rec
 			}
 			if recs[r] == nil || recs[r].Reason != "abort" {
@@ -229,7 +239,7 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 // explainMismatch exchanges the ranks' last calls over the bootstrap:
 // every rank failed the same call, so every rank is here.
 func (c *Comm) explainMismatch(ctx context.Context) string {
-	own := c.rec.Snapshot()
+	own := c.snapshot()
 	if len(own.Calls) > recorderGather {
 		own.Calls = own.Calls[len(own.Calls)-recorderGather:]
 	}

@@ -97,7 +97,7 @@ func (c *Comm) dump() {
 		c.log.Info("goccl: flight recorder written", "rank", c.rank, "path", path)
 		return
 	}
-	rec := c.rec.Snapshot()
+	rec := c.snapshot()
 	rec.Reason, rec.Written = "dump", time.Now().UnixNano()
 	b, err := rec.JSON()
 	if err == nil {
@@ -113,6 +113,12 @@ func MetricsAddr() string {
 	defer live.mu.Unlock()
 	return live.srvAddr
 }
+
+// commSource is a communicator as the collector reads it.
+type commSource struct{ c *Comm }
+
+func (s commSource) Stats() []recorder.Stat { return s.c.Stats() }
+func (s commSource) Meta() recorder.Meta    { return s.c.recMeta() }
 
 func startMetrics(c *Comm) error {
 	host, port, err := net.SplitHostPort(c.obs.set.metricsAddr)
@@ -131,7 +137,7 @@ func startMetrics(c *Comm) error {
 		cs := liveComms()
 		out := make([]recorder.Source, len(cs))
 		for i, c := range cs {
-			out[i] = c.rec
+			out[i] = commSource{c}
 		}
 		return out
 	}))

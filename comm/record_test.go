@@ -225,3 +225,44 @@ func TestDumpOnSIGUSR1(t *testing.T) {
 	}
 	runCalls(t, comms, randomCalls(2)) // still working
 }
+
+// oneRank is a one-rank host communicator and an 8-byte buffer.
+func oneRank(tb testing.TB, size string) (*Comm, uintptr, []float32) {
+	tb.Helper()
+	comms, err := InitAll(context.Background(), []int{0}, Options{Backend: BackendHost, Env: map[string]string{"GOCCL_RECORDER_SIZE": size}, Logger: discardLogger()})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = comms[0].Close() })
+	buf := make([]float32, 2)
+	return comms[0], uintptr(unsafe.Pointer(&buf[0])), buf
+}
+
+// TestRecordingAllocatesNothing: a call costs the same allocations, none,
+// with the recorder on as off.
+func TestRecordingAllocatesNothing(t *testing.T) {
+	for _, size := range []string{"0", "2000"} {
+		c, p, buf := oneRank(t, size)
+		ctx := context.Background()
+		require.NoError(t, c.AllReduce(ctx, p, p, 2, Float32, Sum, 0))
+		n := testing.AllocsPerRun(500, func() { _ = c.AllReduce(ctx, p, p, 2, Float32, Sum, 0) })
+		runtime.KeepAlive(buf)
+		assert.Zero(t, n, "GOCCL_RECORDER_SIZE=%s", size)
+	}
+}
+
+// BenchmarkCallRecorder is an 8-byte AllReduce on one host rank, the
+// recorder off and on: the difference is what recording adds to a call.
+func BenchmarkCallRecorder(b *testing.B) {
+	for _, size := range []string{"0", "2000"} {
+		b.Run("size="+size, func(b *testing.B) {
+			c, p, buf := oneRank(b, size)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.AllReduce(ctx, p, p, 2, Float32, Sum, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.KeepAlive(buf)
+		})
+	}
+}

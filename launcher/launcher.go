@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	start := time.Now()
-	recDir, cleanRec := recorderDir(&c)
+	recDir, cleanRec := recorderDir(&c, res.Token)
 	defer cleanRec()
 	out, errs := &sink{w: c.Stdout}, &sink{w: c.Stderr}
 	var o outputs

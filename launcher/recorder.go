@@ -3,6 +3,7 @@ package launcher
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -11,11 +12,13 @@ import (
 )
 
 // The ranks' flight recorders. The launcher gives every rank a recorder
-// directory (GOCCL_RECORDER_DIR, a fresh temporary one unless the caller
+// directory (GOCCL_RECORDER_DIR; one of the job's in the temporary
+// directory, made by the first rank that writes there, unless the caller
 // set it): a rank writes its record there when its communicator aborts,
 // and on SIGUSR1. When the launcher stops a job it first asks the ranks
-// that announced themselves there (see comm) for their records, then
-// names from them the rank the job waited for (Result.Summary).
+// that catch SIGUSR1 (goccl's do, with a recorder directory) for their
+// records, then names from them the rank the job waited for
+// (Result.Summary).
 
 // EnvRecorderDir is where ranks write their flight records.
 const EnvRecorderDir = "GOCCL_RECORDER_DIR"
@@ -26,60 +29,64 @@ const dumpWait = time.Second
 
 // recorderDir returns the job's recorder directory, adding it to env
 // when the caller did not set it, and a cleanup that removes a directory
-// the launcher made.
-func recorderDir(c *Config) (string, func()) {
+// of the launcher's choosing.
+func recorderDir(c *Config, token string) (string, func()) {
 	for _, kv := range c.Env {
 		if v, ok := strings.CutPrefix(kv, EnvRecorderDir+"="); ok {
 			return v, func() {}
 		}
 	}
-	dir, err := os.MkdirTemp("", "goccl-run-")
-	if err != nil {
-		c.Logger.Warn("goccl run: no flight recorder directory", "err", err)
-		return "", func() {}
-	}
+	dir := filepath.Join(os.TempDir(), "goccl-run-"+token)
 	c.Env = append(append([]string(nil), c.Env...), EnvRecorderDir+"="+dir)
 	return dir, func() { _ = os.RemoveAll(dir) }
 }
 
-// askDumps sends SIGUSR1 to every live rank whose process announced in
-// dir that it answers it, and waits (at most dumpWait) for their records.
+// catches reports whether process pid catches signal sig (its SigCgt
+// mask in /proc): a rank that does not would die of SIGUSR1. Go programs
+// all do, and ignore it unless they asked for it (goccl's ranks with a
+// recorder directory do).
+func catches(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+// askDumps sends SIGUSR1 to every live rank that catches it and waits (at
+// most dumpWait) for their records; a job none of whose ranks answers
+// within a quarter of it is taken for one without records.
 func (j *jobRun) askDumps() {
 	if j.recDir == "" {
 		return
 	}
-	paths, _ := filepath.Glob(filepath.Join(j.recDir, "rank*.json"))
-	type asked struct {
-		path string
-		mod  time.Time
-	}
-	var wait []asked
-	for _, p := range paths {
-		rec, err := recorder.ReadFile(p)
-		if err != nil || rec.Rank < 0 || rec.Rank >= len(j.procs) || rec.PID <= 0 {
-			continue
-		}
-		if j.res.Ranks[rec.Rank].Exited || rec.Reason == "abort" {
-			continue
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			continue
-		}
-		if syscall.Kill(rec.PID, syscall.SIGUSR1) == nil {
-			wait = append(wait, asked{p, fi.ModTime()})
+	t0 := time.Now()
+	want := map[int]bool{} // pids asked
+	for _, p := range j.procs {
+		pid := p.cmd.Process.Pid
+		if !j.res.Ranks[p.rank].Exited && catches(pid, syscall.SIGUSR1) && syscall.Kill(pid, syscall.SIGUSR1) == nil {
+			want[pid] = true
 		}
 	}
-	deadline := time.Now().Add(dumpWait)
-	for len(wait) > 0 && time.Now().Before(deadline) {
+	asked := len(want)
+	deadline := t0.Add(dumpWait)
+	for len(want) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		left := wait[:0]
-		for _, a := range wait {
-			if fi, err := os.Stat(a.path); err != nil || !fi.ModTime().After(a.mod) {
-				left = append(left, a)
+		paths, _ := filepath.Glob(filepath.Join(j.recDir, "rank*.json"))
+		for _, path := range paths {
+			if rec, err := recorder.ReadFile(path); err == nil && rec.Written >= t0.UnixNano() {
+				delete(want, rec.PID)
 			}
 		}
-		wait = left
+		if len(want) == asked && time.Since(t0) > dumpWait/4 {
+			return
+		}
 	}
 }
 

@@ -107,6 +107,26 @@ func (c *clock) wall() wallConv {
 	return wallConv{tick0: c.tick0, wall0: c.wall0.UnixNano(), mul: mul}
 }
 
+// ticksAt converts wall-clock nanoseconds to ticks, at the calibrated
+// rate (device times are wall-clock).
+func (c *clock) ticksAt(wallNs int64) int64 {
+	d := wallNs - c.wall0.UnixNano()
+	// ticks = d / (mul / 2^32)
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	hi, lo := bits.Mul64(uint64(d), 1<<32)
+	if hi >= c.mul {
+		return c.tick0 // out of range: centuries away
+	}
+	q, _ := bits.Div64(hi, lo, c.mul)
+	if neg {
+		return c.tick0 - int64(q)
+	}
+	return c.tick0 + int64(q)
+}
+
 func (w wallConv) at(t int64) int64 {
 	if t == 0 {
 		return 0

@@ -29,8 +29,8 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 		}
 		for i := range r.Calls {
 			c := &r.Calls[i]
-			if c.Seq > target && c.StateOf().InProgress() {
-				target = c.Seq
+			if top := max(c.Seq, c.SeqLast); top > target && c.StateOf().InProgress() {
+				target = top
 			}
 		}
 	}

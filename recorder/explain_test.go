@@ -83,3 +83,11 @@ func TestFormatBytes(t *testing.T) {
 		assert.Equal(t, want, FormatBytes(n))
 	}
 }
+
+// A group of collectives #5-#7 holds call #6.
+func TestExplainGroupRange(t *testing.T) {
+	g := Call{Seq: 5, SeqLast: 7, Call: "Group", Ops: 3, Peer: -1, State: "started", Start: t0.UnixNano()}
+	recs := []*Record{rec(0, g), rec(1, g), rec(2, call("AllReduce", 4, "finished")), rec(3, g)}
+	assert.Equal(t, "rank 2 has not entered Group #5-7 (3 ops); ranks 0, 1 and 3 wait in it since 2.0 s; rank 2's last call: AllReduce #4, finished",
+		Explain(4, recs, t0.Add(2*time.Second)))
+}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -90,44 +89,47 @@ func ReadDir(dir string) (map[string][]*Record, error) {
 }
 
 // Summaries explains every communicator of dir with records written
-// since then (other than the announcements of ranks that can dump), one
-// line each, prefixed with the communicator's id when there are several.
+// since then, one line each, prefixed with the communicator's id when
+// there are several. Waits are told as of the last record written.
 func Summaries(dir string, since, now time.Time) ([]string, error) {
 	all, err := ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
+	var ids []string
 	for id, rs := range all {
+		n := 0
 		for r, rec := range rs {
 			if rec != nil && rec.Written < since.UnixNano() {
 				rs[r] = nil // an earlier job's
 			}
-		}
-		all[id] = rs
-	}
-	var ids []string
-	for id, rs := range all {
-		for _, r := range rs {
-			if r != nil && r.Reason != "init" {
-				ids = append(ids, id)
-				break
+			if rs[r] != nil {
+				n++
 			}
+		}
+		if n > 0 {
+			ids = append(ids, id)
 		}
 	}
 	sort.Strings(ids)
 	var out []string
 	for _, id := range ids {
 		rs := all[id]
-		for r, rec := range rs {
-			if rec != nil && rec.Reason == "init" {
-				rs[r] = nil // it announced itself, and said nothing since
+		at := int64(0)
+		for _, rec := range rs {
+			if rec != nil {
+				at = max(at, rec.Written)
 			}
 		}
-		line := Explain(len(rs), rs, now)
+		when := now
+		if at > 0 {
+			when = time.Unix(0, at)
+		}
+		line := Explain(len(rs), rs, when)
 		if len(ids) > 1 {
 			line = "communicator " + id + ": " + line
 		}
-		out = append(out, strings.TrimSpace(line))
+		out = append(out, line)
 	}
 	return out, nil
 }

@@ -17,7 +17,8 @@ type Record struct {
 	Version int `json:"version"`
 	Meta
 	// Reason says why it was written: "dump" (on demand), "abort" (the
-	// communicator aborted), "init" (a rank announcing it can dump).
+	// communicator aborted), "error" (a call failed for ranks in
+	// different calls; the communicator lives on).
 	Reason  string `json:"reason,omitempty"`
 	Error   string `json:"error,omitempty"` // the abort's cause
 	Written int64  `json:"written_ns,omitempty"`
@@ -28,25 +29,28 @@ type Record struct {
 // Call is one recorded call. Times are wall-clock nanoseconds since the
 // Unix epoch, 0 when unknown.
 type Call struct {
-	ID     uint64 `json:"id"`  // the ring's serial number of the call
-	Seq    uint64 `json:"seq"` // the communicator's call number; 0 for unnumbered point-to-point
-	Call   string `json:"call"`
-	Type   string `json:"dtype,omitempty"`
-	Op     string `json:"op,omitempty"`
-	Count  int64  `json:"count"`
-	Bytes  int64  `json:"bytes"`         // nccl-tests' size of the call
-	Peer   int    `json:"peer"`          // peer or root; -1 none
-	Ops    int    `json:"ops,omitempty"` // a group's operations
-	Stream string `json:"stream"`        // the stream's handle, hex
-	State  string `json:"state"`         // enqueued, started, finished, failed
-	Slot   int    `json:"device_slot"`   // where a device writes the call's timestamps
-	Enq    int64  `json:"enqueue_ns"`    // handed to the backend
-	Start  int64  `json:"start_ns"`      // started (on the device, for GPUs)
-	Finish int64  `json:"finish_ns"`     // finished
+	ID  uint64 `json:"id"`  // the ring's serial number of the call
+	Seq uint64 `json:"seq"` // the communicator's call number; 0 for unnumbered point-to-point
+	// SeqLast is a group's last collective's number when it holds several
+	// (the group is calls Seq..SeqLast).
+	SeqLast uint64 `json:"seq_last,omitempty"`
+	Call    string `json:"call"`
+	Type    string `json:"dtype,omitempty"`
+	Op      string `json:"op,omitempty"`
+	Count   int64  `json:"count"`
+	Bytes   int64  `json:"bytes"`         // nccl-tests' size of the call
+	Peer    int    `json:"peer"`          // peer or root; -1 none
+	Ops     int    `json:"ops,omitempty"` // a group's operations
+	Stream  string `json:"stream"`        // the stream's handle, hex
+	State   string `json:"state"`         // enqueued, started, finished, failed
+	Slot    int    `json:"device_slot"`   // where a device writes the call's timestamps
+	Enq     int64  `json:"enqueue_ns"`    // handed to the backend
+	Start   int64  `json:"start_ns"`      // started (on the device, for GPUs)
+	Finish  int64  `json:"finish_ns"`     // finished
 }
 
 func (e *entry) export(w wallConv, slot int) Call {
-	c := Call{ID: e.id, Seq: e.seq, Call: e.kind.String(), Count: e.count, Bytes: e.bytes, Peer: int(e.peer),
+	c := Call{ID: e.id, Seq: e.seq, SeqLast: e.last, Call: e.kind.String(), Count: e.count, Bytes: e.bytes, Peer: int(e.peer),
 		Ops: int(e.ops), Stream: "0x" + strconv.FormatUint(uint64(e.stream), 16), State: e.state.String(), Slot: slot,
 		Enq: w.at(e.enq), Start: w.at(e.beg), Finish: w.at(e.fin)}
 	if e.kind != Group {
@@ -75,6 +79,9 @@ func (c *Call) Describe() string {
 	s := c.Call
 	if c.Seq > 0 {
 		s += " #" + strconv.FormatUint(c.Seq, 10)
+	}
+	if c.SeqLast > c.Seq {
+		s += "-" + strconv.FormatUint(c.SeqLast, 10)
 	}
 	k := c.Kind()
 	var d string
@@ -137,10 +144,11 @@ func (r *Record) Last() (Call, bool) {
 	return Call{}, false
 }
 
-// Find returns the numbered call seq and whether the record holds it.
+// Find returns the numbered call seq (or the group holding it) and
+// whether the record holds it.
 func (r *Record) Find(seq uint64) (Call, bool) {
 	for i := len(r.Calls) - 1; i >= 0; i-- {
-		if r.Calls[i].Seq == seq {
+		if c := &r.Calls[i]; c.Seq == seq || (c.Seq < seq && seq <= c.SeqLast) {
 			return r.Calls[i], true
 		}
 	}

@@ -48,6 +48,7 @@ type Ring struct {
 type entry struct {
 	id            uint64 // 1, 2, ... per ring; 0 for an empty slot
 	seq           uint64 // the communicator's call number (0: unnumbered)
+	last          uint64 // a group's last collective's number, when it has several
 	count         int64
 	bytes         int64 // nccl-tests' size of the call, for bandwidth
 	stream        uintptr
@@ -122,6 +123,9 @@ func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
 	for i := range g.Colls {
 		e.bytes += int64(g.Colls[i].Count * g.Colls[i].Type.Size())
 	}
+	if len(g.Colls) > 1 {
+		e.last = g.Colls[len(g.Colls)-1].Seq
+	}
 	switch {
 	case len(g.P2P) > 0:
 		p := &g.P2P[0]
@@ -192,9 +196,39 @@ func (r *Ring) Complete(id uint64, start, finish int64) {
 	r.mu.Unlock()
 }
 
+// DeviceClock is implemented by asynchronous backends whose device
+// records when each call ran (a kernel storing %globaltimer into
+// host-mapped memory at the call's number modulo a table's size, with no
+// extra synchronisation): CallTimes reports the start and finish of call
+// seq in wall-clock nanoseconds, ok false while the device has not
+// written them.
+type DeviceClock interface {
+	CallTimes(seq uint64) (start, finish int64, ok bool)
+}
+
+// Resolve completes the enqueued numbered calls whose device times dc
+// knows; readers call it before Snapshot and Stats.
+func (r *Ring) Resolve(dc DeviceClock) {
+	if r == nil || dc == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clk
+	for i := range r.ents {
+		e := &r.ents[i]
+		if e.state != Enqueued || e.seq == 0 {
+			continue
+		}
+		if s, f, ok := dc.CallTimes(e.seq); ok && f >= s {
+			e.beg, e.fin, e.state = c.ticksAt(s), c.ticksAt(f), Finished
+			r.stats.add(e.kind, e.bytes, f-s)
+		}
+	}
+}
+
 // Slot is where call id's entry lives in the ring (0 <= Slot < the ring's
-// size): a device writing timestamps for the call writes them at this
-// index of an array of the ring's size.
+// size).
 func (r *Ring) Slot(id uint64) int {
 	if r == nil {
 		return -1

@@ -182,3 +182,37 @@ func BenchmarkRecordOff(b *testing.B) {
 		r.End(r.Begin(&a), nil)
 	}
 }
+
+// fakeDevice knows the times of the calls in times.
+type fakeDevice map[uint64][2]int64
+
+func (f fakeDevice) CallTimes(seq uint64) (int64, int64, bool) {
+	t, ok := f[seq]
+	return t[0], t[1], ok
+}
+
+// TestResolveDeviceTimes: enqueued calls take the device's wall-clock
+// times, converted to the ring's clock and back within a microsecond, and
+// count in the statistics; calls the device has not timed stay enqueued.
+func TestResolveDeviceTimes(t *testing.T) {
+	r := testRing(8, true)
+	for s := uint64(1); s <= 3; s++ {
+		r.End(r.Begin(&collectives.Args{Coll: collectives.AllReduce, Count: 256, Type: collectives.Float32, Seq: s}), nil)
+	}
+	base := time.Now().Add(-time.Second).UnixNano()
+	dev := fakeDevice{1: {base, base + 5000}, 2: {base + 10_000, base + 30_000}}
+	r.Resolve(dev)
+	calls := r.Snapshot().Calls
+	require.Len(t, calls, 3)
+	for i, c := range calls[:2] {
+		want := dev[uint64(i+1)]
+		assert.Equal(t, "finished", c.State)
+		assert.InDelta(t, want[0], c.Start, 1000, "call %d start", i+1)
+		assert.InDelta(t, want[1], c.Finish, 1000, "call %d finish", i+1)
+	}
+	assert.Equal(t, "enqueued", calls[2].State)
+	st := r.Stats()
+	require.Len(t, st, 1)
+	assert.Equal(t, uint64(2), st[0].Count)
+	assert.Equal(t, 25*time.Microsecond, st[0].Total)
+}

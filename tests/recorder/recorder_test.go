@@ -44,15 +44,18 @@ func (s *syncBuffer) String() string {
 
 // runJob runs 4 ranks of this binary through goccl run's code and returns
 // each rank's FAILED line, the launcher's stderr and its exit code.
-func runJob(t *testing.T, env ...string) (failed map[int]string, stderr string, code int) {
+func runJob(t *testing.T, jobTimeout string, env ...string) (failed map[int]string, stderr string, code int) {
 	t.Helper()
+	// The job's recorder directory goes under this test's own temporary
+	// directory, out of the way of tests that watch the shared one.
+	t.Setenv("TMPDIR", t.TempDir())
 	for _, kv := range append([]string{childVar + "=rank", "GOCCL_TIMEOUT=3s"}, env...) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 	var out, errb syncBuffer
 	t0 := time.Now()
-	code = launcher.Main([]string{"-np", "4", "--tag-output", "--timeout", "60s", "--grace", "3s",
+	code = launcher.Main([]string{"-np", "4", "--tag-output", "--timeout", jobTimeout, "--grace", "3s",
 		os.Args[0], "-test.run=^$"}, &out, &errb)
 	t.Logf("job ended in %v with code %d", time.Since(t0), code)
 	failed = map[int]string{}
@@ -95,7 +98,7 @@ func TestStragglerNamed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault, func(t *testing.T) {
-			failed, stderr, code := runJob(t, "REC_FAULT="+tc.fault, fmt.Sprintf("REC_VICTIM=%d", victim), fmt.Sprintf("REC_AT=%d", at))
+			failed, stderr, code := runJob(t, "60s", "REC_FAULT="+tc.fault, fmt.Sprintf("REC_VICTIM=%d", victim), fmt.Sprintf("REC_AT=%d", at))
 			assert.NotZero(t, code)
 			for _, r := range tc.survivors {
 				l, ok := failed[r]
@@ -105,16 +108,35 @@ func TestStragglerNamed(t *testing.T) {
 					assert.Contains(t, l, w, "rank %d", r)
 				}
 			}
-			var summary string
-			for _, l := range strings.Split(stderr, "\n") {
-				if s, ok := strings.CutPrefix(l, "goccl run: flight recorder: "); ok {
-					summary = s
-				}
-			}
-			require.NotEmpty(t, summary, "goccl run printed no summary:\n%s", stderr)
+			summary := summaryOf(t, stderr)
 			for _, w := range tc.want {
 				assert.Contains(t, summary, w)
 			}
 		})
 	}
+}
+
+func summaryOf(t *testing.T, stderr string) string {
+	t.Helper()
+	var summary string
+	for _, l := range strings.Split(stderr, "\n") {
+		if s, ok := strings.CutPrefix(l, "goccl run: flight recorder: "); ok {
+			require.Empty(t, summary, "one communicator, one line")
+			summary = s
+		}
+	}
+	require.NotEmpty(t, summary, "goccl run printed no summary:\n%s", stderr)
+	return summary
+}
+
+// TestStragglerNamedOnJobTimeout: no rank fails (their own timeout is far
+// off) but the job's time runs out; goccl run asks the ranks for their
+// records before it stops them and names the straggler from them.
+func TestStragglerNamedOnJobTimeout(t *testing.T) {
+	failed, stderr, code := runJob(t, "4s", "GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5")
+	assert.Equal(t, launcher.ExitTimeout, code)
+	assert.Empty(t, failed, "no rank's call failed")
+	summary := summaryOf(t, stderr)
+	assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
+	assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
 }
