@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
@@ -41,7 +40,10 @@ func rankMain() int {
 	// errors; the launcher's SIGKILL ends them after the grace period.
 	signal.Ignore(syscall.SIGTERM)
 	ctx := context.Background()
-	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost, HeartbeatInterval: 200 * time.Millisecond})
+	// The default heartbeat (a peer silent for 5 s is gone) is far from
+	// GOCCL_TIMEOUT: the collective's own wait names the straggler, also
+	// on a loaded machine.
+	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost})
 	if err != nil {
 		fmt.Println("INITFAIL err=" + err.Error())
 		return 2
