@@ -35,8 +35,8 @@ func parseRecorderEnv(env map[string]string) (recorderSettings, error) {
 	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"]}
 	if v := env["GOCCL_RECORDER_SIZE"]; v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return s, envErr("GOCCL_RECORDER_SIZE", v, "want a number of calls, 0 to turn the recorder off")
+		if err != nil || n < 0 || n > maxRecorderSize {
+			return s, envErr("GOCCL_RECORDER_SIZE", v, fmt.Sprintf("want a number of calls up to %d, 0 to turn the recorder off", maxRecorderSize))
 		}
 		s.size = n
 	}
@@ -62,6 +62,9 @@ type observer struct {
 	aborted atomic.Bool // the abort's record was written
 	mu      sync.Mutex  // one file write at a time
 }
+
+// maxRecorderSize bounds the ring (about 90 bytes a call).
+const maxRecorderSize = 1 << 20
 
 // recorderWait bounds how long a failed call waits for the other ranks'
 // records before it names the straggler from those it has.

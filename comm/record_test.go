@@ -155,10 +155,11 @@ func TestRecorderOff(t *testing.T) {
 }
 
 func TestRecorderEnvInvalid(t *testing.T) {
-	for _, v := range []string{"-1", "many"} {
-		_, err := InitAll(context.Background(), []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{"GOCCL_RECORDER_SIZE": v}, Logger: discardLogger()})
-		require.ErrorIs(t, err, ErrInvalidArgument, v)
-		assert.Contains(t, err.Error(), "GOCCL_RECORDER_SIZE")
+	for _, kv := range [][2]string{{"GOCCL_RECORDER_SIZE", "-1"}, {"GOCCL_RECORDER_SIZE", "many"},
+		{"GOCCL_RECORDER_SIZE", "1048577"}, {"GOCCL_RECORDER_SIGNAL", "yes"}} {
+		_, err := InitAll(context.Background(), []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{kv[0]: kv[1]}, Logger: discardLogger()})
+		require.ErrorIs(t, err, ErrInvalidArgument, "%s=%s", kv[0], kv[1])
+		assert.Contains(t, err.Error(), kv[0])
 	}
 }
 
