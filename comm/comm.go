@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/recorder"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -35,6 +36,9 @@ type Comm struct {
 
 	groupMu sync.Mutex        // guards group
 	group   collectives.Group // reused by the one-call groups (Send, AllToAll, ...)
+
+	rec *recorder.Ring // the flight recorder; nil when off
+	obs *observer      // its files and registration (record.go)
 
 	abortErr  atomic.Pointer[error]
 	closed    atomic.Bool
@@ -142,7 +146,10 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	if err := c.closedBefore(a.Seq); err != nil {
 		return c.runFailed(ctx, err)
 	}
-	if err := c.backend.Run(ctx, a); err != nil {
+	id := c.rec.Begin(a)
+	err = c.backend.Run(ctx, a)
+	c.rec.End(id, err)
+	if err != nil {
 		return c.runFailed(ctx, err)
 	}
 	return nil
@@ -186,7 +193,8 @@ const causeWait = 2 * time.Second
 // timeout, the caller's context ending mid-collective) aborts the
 // communicator and is told to the other ranks, whose backends were stopped
 // by it and wait for its cause.
-func (c *Comm) runFailed(ctx context.Context, err error) error {
+func (c *Comm) runFailed(ctx context.Context, err error) (ret error) {
+	defer func() { ret = c.explainFailure(ctx, err, ret) }()
 	// This rank's own wait for a peer timed out, or found it closed:
 	// first-hand evidence, told to the others naming that peer.
 	var pe *collectives.PeerError
@@ -354,6 +362,7 @@ func (c *Comm) setAborted(err error) bool {
 		return false
 	}
 	c.backend.Abort(err)
+	c.recordAbort(err)
 	return true
 }
 
@@ -363,6 +372,7 @@ func (c *Comm) setAborted(err error) bool {
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		c.stopRecorder()
 		berr := c.backend.Close()
 		c.boot.Close()
 		if berr != nil {

@@ -286,10 +286,10 @@ func (b *tcpBootstrap) peerFailed(r int, cause error) {
 		}
 		note := encodeFailed(r, cause.Error())
 		for _, p := range b.peers {
-			if p == nil || p.rank == r || p.bye.Load() {
+			if p == nil || p.bye.Load() {
 				continue
 			}
-			_ = p.write(kindFailed, 0, note, time.Second)
+			_ = p.write(kindFailed, 0, note, time.Second) // r too: a live rank learns it was given up on
 		}
 	})
 }

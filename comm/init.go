@@ -133,11 +133,14 @@ func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]s
 	if err != nil {
 		return nil, err
 	}
+	if set.rec, err = parseRecorderEnv(env); err != nil {
+		return nil, err
+	}
 	return initResolved(ctx, spec, set)
 }
 
 // initResolved is initComm once the settings are known (Split and Shrink
-// give their children the parent's).
+// give their children the parent's, recorder settings included).
 func initResolved(ctx context.Context, spec joinSpec, set settings) (*Comm, error) {
 	if spec.nranks < 1 || spec.nranks > maxRanks {
 		return nil, fmt.Errorf("%w: nranks=%d not in [1,%d]", collectives.ErrInvalidArgument, spec.nranks, maxRanks)
@@ -160,6 +163,7 @@ func initResolved(ctx context.Context, spec joinSpec, set settings) (*Comm, erro
 		_ = boot.Close()
 		return nil, err
 	}
+	c.registerRecorder()
 	set.log.Info("goccl: communicator ready", "rank", c.rank, "nranks", c.size, "backend", c.backendName, "device", c.device)
 	return c, nil
 }
@@ -327,6 +331,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		backendName: name, backend: be, boot: boot, log: set.log, check: set.check,
 		set: set, rescue: rescue,
 	}
+	c.startRecorder(set)
 	boot.setOnFailure(c.onPeerFailure)
 	boot.setOnPeerClosed(c.onPeerClosed)
 	if err := boot.Barrier(ctx); err != nil {

@@ -212,19 +212,26 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 			return c.runFailed(ctx, err)
 		}
 	}
+	id := c.rec.BeginGroup(g)
 	if gr, ok := c.backend.(collectives.GroupRunner); ok {
-		if err := gr.RunGroup(ctx, g); err != nil {
+		err := gr.RunGroup(ctx, g)
+		c.rec.End(id, err)
+		if err != nil {
 			return c.runFailed(ctx, err)
 		}
 		return nil
 	}
 	if len(g.P2P) > 0 {
-		return fmt.Errorf("goccl: rank %d: %s: point-to-point: %w (%s)", c.rank, g.Kind, ErrNotSupported, c.backendName)
+		err := fmt.Errorf("goccl: rank %d: %s: point-to-point: %w (%s)", c.rank, g.Kind, ErrNotSupported, c.backendName)
+		c.rec.End(id, err)
+		return err
 	}
 	for i := range g.Colls {
 		if err := c.backend.Run(ctx, &g.Colls[i]); err != nil {
+			c.rec.End(id, err)
 			return c.runFailed(ctx, err)
 		}
 	}
+	c.rec.End(id, nil)
 	return nil
 }

@@ -120,6 +120,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "goccl run: %v\n", err)
+		for _, l := range res.Summary {
+			fmt.Fprintf(stderr, "goccl run: flight recorder: %s\n", l)
+		}
 		if n := stoppedCount(res); n > 0 {
 			other := ""
 			if res.FirstFailed >= 0 {

@@ -156,6 +156,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Ranks[i] = RankStatus{Rank: i, ExitCode: -1}
 	}
 
+	start := time.Now()
+	recDir, cleanRec := recorderDir(&c, res.Token)
+	defer cleanRec()
 	out, errs := &sink{w: c.Stdout}, &sink{w: c.Stderr}
 	var o outputs
 	events := make(chan exitEvent, c.NP)
@@ -176,9 +179,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	c.Logger.Info("goccl run: job started", "np", c.NP, "program", path, "port", res.Port)
 
-	jr := jobRun{cfg: &c, procs: procs, res: &res}
+	jr := jobRun{cfg: &c, procs: procs, res: &res, recDir: recDir}
 	jr.loop(ctx, events)
 	o.drain(drainWait)
+	if res.FirstFailed >= 0 || res.TimedOut {
+		res.Summary = summarize(recDir, start)
+	}
 	return res, jr.result()
 }
 
@@ -262,6 +268,7 @@ type jobRun struct {
 	canceled  error
 	graceC    <-chan time.Time
 	graceTime *time.Timer
+	recDir    string // the ranks' flight records (recorder.go)
 }
 
 func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {
@@ -377,6 +384,7 @@ func (j *jobRun) stop() {
 		return
 	}
 	j.stopping = true
+	j.askDumps()
 	for _, p := range j.procs {
 		if !j.res.Ranks[p.rank].Exited {
 			j.res.Ranks[p.rank].Stopped = true

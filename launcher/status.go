@@ -103,4 +103,7 @@ type Result struct {
 	// Port is the rendezvous port given to the ranks; Token the job token.
 	Port  int
 	Token string
+	// Summary names, from the ranks' flight records, what the ranks of a
+	// failed or stopped job were doing: one line per communicator.
+	Summary []string
 }

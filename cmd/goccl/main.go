@@ -1,6 +1,7 @@
 // Command goccl is the user's entry point: run launches multi-rank jobs,
 // bench measures collectives in nccl-tests' format, plot draws saved
-// bench reports, info shows what the runtime sees and would choose.
+// bench reports, info shows what the runtime sees and would choose, trace
+// and dump read the ranks' flight records.
 package main
 
 import (
@@ -16,6 +17,8 @@ commands:
   plot   -o FILE.png RUN.json [PEER.json...]                busbw against size from saved reports
   info   [--json]                                            devices, links, choices
   version                                                    goccl's version and Go's
+  trace  [-o trace.json] [-png out.png] rank*.json           flight records as a Chrome trace and a timeline
+  dump   PID                                                 a running rank's flight record (SIGUSR1)
 `
 
 func main() {
@@ -36,6 +39,10 @@ func main() {
 		code = infoMain(args)
 	case "version", "--version":
 		code = versionMain(args, os.Stdout, os.Stderr)
+	case "trace":
+		code = traceMain(args)
+	case "dump":
+		code = dumpMain(args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/comm"
+	"github.com/goccl/goccl/recorder"
+)
+
+// recordedJob runs calls AllReduces on a 2-rank host job whose recorder
+// directory is dir.
+func recordedJob(t *testing.T, dir string, calls int) []*comm.Comm {
+	t.Helper()
+	comms, err := comm.InitAll(context.Background(), []int{0, 1}, comm.Options{Backend: comm.BackendHost,
+		Env: map[string]string{"GOCCL_RECORDER_DIR": dir}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, c := range comms {
+			_ = c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]float32, 256)
+			p := uintptr(unsafe.Pointer(&buf[0]))
+			for i := 0; i < calls; i++ {
+				assert.NoError(t, c.AllReduce(context.Background(), p, p, len(buf), comm.Float32, comm.Sum, 0))
+			}
+			runtime.KeepAlive(buf)
+		}()
+	}
+	wg.Wait()
+	return comms
+}
+
+func TestTraceCommand(t *testing.T) {
+	dir := t.TempDir()
+	comms := recordedJob(t, dir, 6)
+	var files []string
+	for _, c := range comms {
+		rec := c.Record()
+		path, err := recorder.WriteFile(dir, &rec)
+		require.NoError(t, err)
+		files = append(files, path)
+	}
+	out, png := filepath.Join(dir, "trace.json"), filepath.Join(dir, "timeline.png")
+	var stderr bytes.Buffer
+	// Flags after the files, as in goccl trace rank*.json -o trace.json.
+	require.Equal(t, 0, traceCmd(append(files, "-o", out, "-png", png), &bytes.Buffer{}, &stderr), stderr.String())
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var tr recorder.Trace
+	require.NoError(t, json.Unmarshal(b, &tr))
+	perRank := map[int]int{}
+	for _, ev := range tr.TraceEvents {
+		if ev.Ph == "X" {
+			perRank[ev.PID]++
+		}
+	}
+	assert.Equal(t, map[int]int{0: 6, 1: 6}, perRank)
+	fi, err := os.Stat(png)
+	require.NoError(t, err)
+	assert.Positive(t, fi.Size())
+
+	stderr.Reset()
+	assert.Equal(t, 2, traceCmd(nil, &bytes.Buffer{}, &stderr), "no files")
+	assert.Equal(t, 1, traceCmd([]string{filepath.Join(dir, "nope.json")}, &bytes.Buffer{}, &stderr))
+	assert.Contains(t, stderr.String(), "nope.json")
+}
+
+// TestDumpCommand: goccl dump signals a live process (this one) and prints
+// the records its communicators wrote, which go on working.
+func TestDumpCommand(t *testing.T) {
+	dir := t.TempDir()
+	recordedJob(t, dir, 3)
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, dumpCmd([]string{"-dir", dir, strconv.Itoa(os.Getpid())}, &stdout, &stderr), stderr.String())
+	// One JSON document per communicator of the process that has dumped
+	// by then; at least one, each with the three calls.
+	dec := json.NewDecoder(&stdout)
+	n := 0
+	for dec.More() {
+		var rec recorder.Record
+		require.NoError(t, dec.Decode(&rec))
+		assert.Equal(t, "dump", rec.Reason)
+		assert.Equal(t, os.Getpid(), rec.PID)
+		assert.Len(t, rec.Calls, 3)
+		n++
+	}
+	assert.Positive(t, n)
+
+	assert.Equal(t, 2, dumpCmd([]string{"zero"}, &stdout, &stderr))
+	assert.Equal(t, 2, dumpCmd(nil, &stdout, &stderr))
+}

@@ -1,0 +1,275 @@
+package comm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/recorder"
+)
+
+// The glue between a communicator and its flight recorder (package
+// recorder): the settings, the record written when the communicator
+// aborts, the line that names the rank a failed call waited for, and
+// Record and Stats.
+
+// recorderSettings are the GOCCL_RECORDER_* and GOCCL_METRICS_ADDR
+// variables.
+type recorderSettings struct {
+	size        int
+	dir         string // GOCCL_RECORDER_DIR; "" unset
+	signal      bool   // SIGUSR1 dumps: GOCCL_RECORDER_SIGNAL, default on where dir is set
+	metricsAddr string
+}
+
+func parseRecorderEnv(env map[string]string) (recorderSettings, error) {
+	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"]}
+	if v := env["GOCCL_RECORDER_SIZE"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxRecorderSize {
+			return s, envErr("GOCCL_RECORDER_SIZE", v, fmt.Sprintf("want a number of calls up to %d, 0 to turn the recorder off", maxRecorderSize))
+		}
+		s.size = n
+	}
+	// A library that takes SIGUSR1 would take it from applications that
+	// use it; so only where asked, or where the records have a place to go.
+	s.signal = s.dir != ""
+	switch v := env["GOCCL_RECORDER_SIGNAL"]; v {
+	case "":
+	case "0":
+		s.signal = false
+	case "1":
+		s.signal = true
+	default:
+		return s, envErr("GOCCL_RECORDER_SIGNAL", v, "want 0 or 1")
+	}
+	return s, nil
+}
+
+// observer is a communicator's recorder state beyond the ring.
+type observer struct {
+	set     recorderSettings
+	comm    string
+	aborted atomic.Bool // the abort's record was written
+	mu      sync.Mutex  // one file write at a time
+}
+
+// maxRecorderSize bounds the ring (about 90 bytes a call).
+const maxRecorderSize = 1 << 20
+
+// recorderWait bounds how long a failed call waits for the other ranks'
+// records before it names the straggler from those it has.
+const recorderWait = 1500 * time.Millisecond
+
+// recorderGather is how many recent calls each rank sends when the ranks
+// exchange records over the bootstrap.
+const recorderGather = 16
+
+// startRecorder gives c its ring, before the bootstrap may report a
+// failure to c.
+func (c *Comm) startRecorder(s settings) {
+	set := s.rec
+	if set.size == 0 {
+		return
+	}
+	id := fmt.Sprintf("%016x", c.boot.magic)
+	host, _ := os.Hostname()
+	c.rec = recorder.New(recorder.Config{Size: set.size, Async: c.backendName == BackendGPU, Meta: recorder.Meta{
+		Comm: id, Rank: c.rank, Size: c.size, PID: os.Getpid(), Host: host, Backend: c.backendName,
+		Algo: s.algo, Transport: s.transport,
+	}})
+	c.obs = &observer{set: set, comm: id}
+}
+
+// registerRecorder registers a communicator that has formed for SIGUSR1
+// dumps and metrics.
+func (c *Comm) registerRecorder() {
+	if c.rec == nil {
+		return
+	}
+	register(c)
+}
+
+// Record returns a copy of this rank's flight recorder: its last calls
+// (GOCCL_RECORDER_SIZE, default 2000), oldest first. Empty when the
+// recorder is off.
+func (c *Comm) Record() recorder.Record {
+	return c.snapshot()
+}
+
+// Stats returns this rank's statistics per call kind and size class of
+// the calls that finished (host backend; GPU calls once their device
+// times are known).
+func (c *Comm) Stats() []recorder.Stat {
+	c.resolve()
+	return c.rec.Stats()
+}
+
+// recMeta is what the records say about this communicator.
+func (c *Comm) recMeta() recorder.Meta { return c.rec.Meta() }
+
+// resolve gives enqueued calls the times the device recorded, where the
+// backend keeps them.
+func (c *Comm) resolve() {
+	if dc, ok := c.backend.(recorder.DeviceClock); ok {
+		c.rec.Resolve(dc)
+	}
+}
+
+func (c *Comm) snapshot() recorder.Record {
+	c.resolve()
+	return c.rec.Snapshot()
+}
+
+// writeRecord writes the ring to dir with reason.
+func (c *Comm) writeRecord(dir, reason string, cause error) (string, error) {
+	rec := c.snapshot()
+	rec.Reason = reason
+	if cause != nil {
+		rec.Error = cause.Error()
+	}
+	c.obs.mu.Lock()
+	defer c.obs.mu.Unlock()
+	return recorder.WriteFile(dir, &rec)
+}
+
+// recordAbort writes this rank's record once, when the communicator
+// aborts, so that the others (and the launcher) can read what it was
+// doing even when the bootstrap is gone.
+func (c *Comm) recordAbort(cause error) {
+	if c.rec == nil || c.obs.set.dir == "" || c.obs.aborted.Swap(true) {
+		return
+	}
+	if _, err := c.writeRecord(c.obs.set.dir, "abort", cause); err != nil {
+		c.log.Warn("goccl: flight recorder", "rank", c.rank, "err", err)
+	}
+}
+
+// explained is a failure with the recorder's line added; it unwraps to
+// the failure.
+type explained struct {
+	err  error
+	line string
+}
+
+func (e *explained) Error() string { return e.err.Error() + "; flight recorder: " + e.line }
+func (e *explained) Unwrap() error { return e.err }
+
+// explainFailure adds to a failed call's error (ret, from orig) the line
+// that says which rank the job waits for, and logs it.
+func (c *Comm) explainFailure(ctx context.Context, orig, ret error) error {
+	if c.rec == nil || ret == nil {
+		return ret
+	}
+	var line string
+	switch {
+	case errors.Is(ret, collectives.ErrAborted) || errors.Is(ret, collectives.ErrTimeout):
+		line = c.explainAbort(ctx, ret)
+	case isCallMismatch(orig):
+		line = c.explainMismatch(ctx)
+		// For the launcher: the communicator lives on, so nothing else
+		// writes the record.
+		if dir := c.obs.set.dir; dir != "" {
+			if _, err := c.writeRecord(dir, "error", orig); err != nil {
+				c.log.Warn("goccl: flight recorder", "rank", c.rank, "err", err)
+			}
+		}
+	}
+	if line == "" {
+		return ret
+	}
+	c.log.Error("goccl: flight recorder", "rank", c.rank, "summary", line)
+	return &explained{err: ret, line: line}
+}
+
+// isCallMismatch reports whether every rank failed the call for meeting
+// ranks in other calls; the host backend reports it in words.
+func isCallMismatch(err error) bool {
+	return errors.Is(err, collectives.ErrCallMismatch) || strings.Contains(err.Error(), "mismatched collective calls")
+}
+
+// explainAbort takes the records of the ranks in this process from their
+// rings and the others' from the recorder directory, where each rank
+// writes its own when the communicator aborts, waiting a little for those
+// not there yet.
+func (c *Comm) explainAbort(ctx context.Context, cause error) string {
+	c.recordAbort(cause)
+	recs := make([]*recorder.Record, c.size)
+	for _, p := range liveComms() {
+		if p.obs.comm == c.obs.comm && p.rank < c.size && p.size == c.size {
+			rec := p.snapshot()
+			rec.Reason = "abort"
+			recs[p.rank] = &rec
+		}
+	}
+	own := c.snapshot()
+	recs[c.rank] = &own
+	dir := c.obs.set.dir
+	if dir == "" {
+		return recorder.ExplainWhy(c.size, recs, time.Now(), "GOCCL_RECORDER_DIR is unset: the ranks' records have nowhere to meet")
+	}
+	deadline := time.Now().Add(recorderWait)
+	for {
+		missing := 0
+		for r := range recs {
+			if r == c.rank || (recs[r] != nil && recs[r].Reason == "abort") {
+				continue
+			}
+			if rec, err := recorder.ReadFile(filepath.Join(dir, recorder.FileName(r, c.obs.comm))); err == nil {
+				recs[r] = rec
+			}
+			if recs[r] == nil || recs[r].Reason != "abort" {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return recorder.Explain(c.size, recs, time.Now())
+}
+
+// explainMismatch exchanges the ranks' last calls over the bootstrap:
+// every rank failed the same call, so every rank is here.
+func (c *Comm) explainMismatch(ctx context.Context) string {
+	own := c.snapshot()
+	if len(own.Calls) > recorderGather {
+		own.Calls = own.Calls[len(own.Calls)-recorderGather:]
+	}
+	b, err := json.Marshal(own)
+	if err != nil {
+		return ""
+	}
+	gctx, cancel := context.WithTimeout(ctx, recorderWait)
+	defer cancel()
+	all, err := c.boot.AllGather(gctx, b)
+	if err != nil {
+		c.log.Warn("goccl: flight recorder: exchanging records", "rank", c.rank, "err", err)
+		return ""
+	}
+	recs := make([]*recorder.Record, c.size)
+	for r, x := range all {
+		var rec recorder.Record
+		if json.Unmarshal(x, &rec) == nil {
+			recs[r] = &rec
+		}
+	}
+	return recorder.Explain(c.size, recs, time.Now())
+}
+
+// stopRecorder unregisters c; called by Close.
+func (c *Comm) stopRecorder() {
+	if c.rec != nil {
+		unregister(c)
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package recorder
+
+const haveTSC = false
+
+func rdtsc() int64 { return nanotime() }

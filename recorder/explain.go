@@ -1,0 +1,195 @@
+package recorder
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Explain names, in one line a person can act on, why a job of nranks
+// ranks is stuck, from the ranks' records (recs[r] is rank r's, nil when
+// it gave none) at time now:
+//
+//	rank 3 has not entered AllReduce #1042 (float32, 4 MiB); ranks 0-2 wait in it since 30.2 s; rank 3's last call: Broadcast #1041, finished
+//
+// The call is the highest numbered one some rank is in. Ranks in calls of
+// different kinds under that number are reported as a mismatch.
+func Explain(nranks int, recs []*Record, now time.Time) string {
+	return ExplainWhy(nranks, recs, now, "stopped, hung or dead")
+}
+
+// ExplainWhy is Explain with the reason given for ranks without a record.
+func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) string {
+	var target uint64
+	for _, r := range recs {
+		if r == nil {
+			continue
+		}
+		for i := range r.Calls {
+			c := &r.Calls[i]
+			if top := max(c.Seq, c.SeqLast); top > target && c.StateOf().InProgress() {
+				target = top
+			}
+		}
+	}
+	if target == 0 {
+		return explainIdle(nranks, recs)
+	}
+	var (
+		noRecord, notEntered, passed []int
+		in                           = map[string][]int{} // call description -> ranks in it
+		since                        = map[string]int64{} // description -> earliest entry
+		last                         = map[int]Call{}
+	)
+	for r := 0; r < nranks; r++ {
+		var rec *Record
+		if r < len(recs) {
+			rec = recs[r]
+		}
+		if rec == nil {
+			noRecord = append(noRecord, r)
+			continue
+		}
+		c, ok := rec.Find(target)
+		switch {
+		case ok && c.StateOf().InProgress():
+			d := c.Describe()
+			in[d] = append(in[d], r)
+			t := c.Start
+			if t == 0 {
+				t = c.Enq
+			}
+			if s, seen := since[d]; t != 0 && (!seen || t < s) {
+				since[d] = t
+			}
+		case ok:
+			passed = append(passed, r)
+		default:
+			notEntered = append(notEntered, r)
+			if l, ok := rec.Last(); ok {
+				last[r] = l
+			}
+		}
+	}
+	descs := make([]string, 0, len(in))
+	for d := range in {
+		descs = append(descs, d)
+	}
+	// The call most ranks are in first: the odd ones out are named after.
+	sort.Slice(descs, func(i, j int) bool {
+		if len(in[descs[i]]) != len(in[descs[j]]) {
+			return len(in[descs[i]]) > len(in[descs[j]])
+		}
+		return in[descs[i]][0] < in[descs[j]][0]
+	})
+	waitFor := func(d string) string {
+		if s, ok := since[d]; ok && now.Sub(time.Unix(0, s)) >= 50*time.Millisecond {
+			return fmt.Sprintf(" since %.1f s", now.Sub(time.Unix(0, s)).Seconds())
+		}
+		return ""
+	}
+	var parts []string
+	if len(descs) > 1 {
+		var ms []string
+		for _, d := range descs[1:] {
+			ms = append(ms, fmt.Sprintf("%s in %s", ranks(in[d]), d))
+		}
+		parts = append(parts, fmt.Sprintf("ranks are in different calls #%d: %s, while %s %s in %s%s", target,
+			strings.Join(ms, "; "), ranks(in[descs[0]]), verb(in[descs[0]], "is", "are"), descs[0], waitFor(descs[0])))
+	} else {
+		d := descs[0]
+		switch {
+		case len(notEntered) > 0:
+			parts = append(parts, fmt.Sprintf("%s %s not entered %s", ranks(notEntered), verb(notEntered, "has", "have"), d),
+				fmt.Sprintf("%s %s in it%s", ranks(in[d]), verb(in[d], "waits", "wait"), waitFor(d)))
+		case len(noRecord) > 0:
+			parts = append(parts, fmt.Sprintf("%s %s in %s%s", ranks(in[d]), verb(in[d], "waits", "wait"), d, waitFor(d)))
+		default:
+			parts = append(parts, fmt.Sprintf("every rank is in %s%s", d, waitFor(d)))
+		}
+	}
+	if len(descs) > 1 && len(notEntered) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s not entered call #%d", ranks(notEntered), verb(notEntered, "has", "have"), target))
+	}
+	if len(passed) > 0 {
+		parts = append(parts, fmt.Sprintf("%s finished it", ranks(passed)))
+	}
+	if len(noRecord) > 0 {
+		parts = append(parts, fmt.Sprintf("%s gave no record (%s)", ranks(noRecord), noRecordWhy))
+	}
+	for _, r := range notEntered {
+		if l, ok := last[r]; ok {
+			parts = append(parts, fmt.Sprintf("rank %d's last call: %s #%d, %s", r, l.Call, l.Seq, l.State))
+		} else {
+			parts = append(parts, fmt.Sprintf("rank %d made no call yet", r))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// explainIdle is the line when no rank is in a call.
+func explainIdle(nranks int, recs []*Record) string {
+	var parts, missing []string
+	byLast := map[string][]int{}
+	var keys []string
+	for r := 0; r < nranks; r++ {
+		if r >= len(recs) || recs[r] == nil {
+			missing = append(missing, strconv.Itoa(r))
+			continue
+		}
+		k := "no call yet"
+		if l, ok := recs[r].Last(); ok {
+			k = fmt.Sprintf("%s #%d, %s", l.Call, l.Seq, l.State)
+		}
+		if byLast[k] == nil {
+			keys = append(keys, k)
+		}
+		byLast[k] = append(byLast[k], r)
+	}
+	parts = append(parts, "no rank is in a call")
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s: last call %s", ranks(byLast[k]), k))
+	}
+	if len(missing) > 0 {
+		parts = append(parts, fmt.Sprintf("ranks %s gave no record", strings.Join(missing, ",")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func verb(rs []int, one, many string) string {
+	if len(rs) == 1 {
+		return one
+	}
+	return many
+}
+
+// ranks writes a sorted set of ranks as "rank 3" or "ranks 0-2 and 4-7".
+func ranks(rs []int) string {
+	rs = append([]int(nil), rs...)
+	sort.Ints(rs)
+	var spans []string
+	for i := 0; i < len(rs); {
+		j := i
+		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
+			j++
+		}
+		switch {
+		case j == i:
+			spans = append(spans, strconv.Itoa(rs[i]))
+		case j == i+1:
+			spans = append(spans, strconv.Itoa(rs[i]), strconv.Itoa(rs[j]))
+		default:
+			spans = append(spans, fmt.Sprintf("%d-%d", rs[i], rs[j]))
+		}
+		i = j + 1
+	}
+	if len(rs) == 1 {
+		return "rank " + spans[0]
+	}
+	if len(spans) == 1 {
+		return "ranks " + spans[0]
+	}
+	return "ranks " + strings.Join(spans[:len(spans)-1], ", ") + " and " + spans[len(spans)-1]
+}

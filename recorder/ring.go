@@ -1,0 +1,265 @@
+package recorder
+
+import (
+	"sync"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// DefaultSize is the number of calls a ring keeps unless told otherwise.
+const DefaultSize = 2000
+
+// Config describes the communicator a ring records.
+type Config struct {
+	Size int // entries kept; <= 0 turns the recorder off (New returns nil)
+	// Async is set for backends whose Run enqueues work and returns
+	// (GPUs): calls stay Enqueued until Complete gives their device times.
+	Async bool
+	Meta  Meta
+}
+
+// Meta is what a record says about its communicator.
+type Meta struct {
+	Comm      string `json:"comm"` // the communicator's id, alike on every rank
+	Rank      int    `json:"rank"`
+	Size      int    `json:"size"`
+	PID       int    `json:"pid"`
+	Host      string `json:"host"`
+	Backend   string `json:"backend"`
+	Algo      string `json:"algo,omitempty"`      // forced algorithm, "" when chosen per call
+	Transport string `json:"transport,omitempty"` // forced transport
+}
+
+// Ring is one communicator's flight recorder. Begin and End are called by
+// the one goroutine issuing calls; Snapshot, Stats and Complete from any.
+// A nil *Ring records nothing (the recorder is off).
+type Ring struct {
+	mu    sync.Mutex
+	ents  []entry
+	n     uint64 // calls recorded so far; the next id is n+1
+	async bool
+	clk   *clock
+	meta  Meta
+	stats stats
+}
+
+// entry is one call, in ticks. It holds no pointer, so the ring costs the
+// garbage collector nothing to scan.
+type entry struct {
+	id            uint64 // 1, 2, ... per ring; 0 for an empty slot
+	seq           uint64 // the communicator's call number (0: unnumbered)
+	last          uint64 // a group's last collective's number, when it has several
+	count         int64
+	bytes         int64 // nccl-tests' size of the call, for bandwidth
+	stream        uintptr
+	enq, beg, fin int64 // ticks; 0 unknown
+	peer          int32 // peer or root; -1 none
+	ops           int32 // a group's operations
+	kind          Kind
+	dtype         int8
+	op            int8
+	state         State
+}
+
+// New makes a ring; nil when cfg.Size <= 0.
+func New(cfg Config) *Ring {
+	if cfg.Size <= 0 {
+		return nil
+	}
+	r := &Ring{ents: make([]entry, cfg.Size), async: cfg.Async, clk: getClock(), meta: cfg.Meta}
+	r.stats.nranks = max(cfg.Meta.Size, 1)
+	return r
+}
+
+// Meta returns what the ring was told about its communicator.
+func (r *Ring) Meta() Meta { return r.meta }
+
+// Begin records a collective about to run and returns its id for End.
+func (r *Ring) Begin(a *collectives.Args) uint64 {
+	if r == nil {
+		return 0
+	}
+	t := r.clk.read()
+	r.mu.Lock()
+	r.n++
+	e := &r.ents[r.n%uint64(len(r.ents))]
+	*e = entry{id: r.n, seq: a.Seq, count: int64(a.Count), stream: a.Stream, enq: t,
+		peer: -1, kind: Kind(a.Coll), dtype: int8(a.Type), op: int8(a.Op), state: Enqueued}
+	e.bytes = e.count * int64(a.Type.Size())
+	switch a.Coll {
+	case collectives.AllGather, collectives.ReduceScatter:
+		e.bytes *= int64(r.meta.Size)
+	case collectives.Broadcast, collectives.Reduce:
+		e.peer = int32(a.Root)
+	}
+	if !r.async {
+		e.beg, e.state = t, Started
+	}
+	r.mu.Unlock()
+	return r.n
+}
+
+// BeginGroup records a group (or a Send, Recv, AllToAll... issued as one)
+// about to run and returns its id for End.
+func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
+	if r == nil {
+		return 0
+	}
+	t := r.clk.read()
+	r.mu.Lock()
+	r.n++
+	e := &r.ents[r.n%uint64(len(r.ents))]
+	*e = entry{id: r.n, seq: g.Seq, enq: t, peer: -1, kind: Group, state: Enqueued,
+		ops: int32(len(g.Colls) + len(g.P2P))}
+	if int(g.Kind) < len(groupKinds) {
+		e.kind = groupKinds[g.Kind]
+	}
+	for i := range g.P2P {
+		p := &g.P2P[i]
+		if p.Kind == collectives.SendOp {
+			e.bytes += int64(p.Bytes())
+		}
+	}
+	for i := range g.Colls {
+		e.bytes += int64(g.Colls[i].Count * g.Colls[i].Type.Size())
+	}
+	if len(g.Colls) > 1 {
+		e.last = g.Colls[len(g.Colls)-1].Seq
+	}
+	switch {
+	case len(g.P2P) > 0:
+		p := &g.P2P[0]
+		e.dtype, e.count, e.stream = int8(p.Type), int64(p.Count), p.Stream
+		switch e.kind {
+		case Group:
+			if len(g.P2P) == 1 && len(g.Colls) == 0 {
+				e.kind, e.peer = Send, int32(p.Peer)
+				if p.Kind == collectives.RecvOp {
+					e.kind, e.bytes = Recv, int64(p.Bytes())
+				}
+			}
+		case Gather: // the Send to root comes first
+			e.peer, e.bytes = int32(p.Peer), int64(p.Bytes())*int64(r.meta.Size)
+		case Scatter: // the Recv from root comes last
+			q := &g.P2P[len(g.P2P)-1]
+			e.peer, e.bytes = int32(q.Peer), int64(q.Bytes())*int64(r.meta.Size)
+		}
+	case len(g.Colls) > 0:
+		a := &g.Colls[0]
+		e.dtype, e.count, e.stream = int8(a.Type), int64(a.Count), a.Stream
+	}
+	if !r.async {
+		e.beg, e.state = t, Started
+	}
+	r.mu.Unlock()
+	return r.n
+}
+
+// End records the outcome of call id. On an asynchronous backend a call
+// that enqueued well stays Enqueued.
+func (r *Ring) End(id uint64, err error) {
+	if r == nil || id == 0 {
+		return
+	}
+	var t int64
+	if !r.async {
+		t = r.clk.read()
+	}
+	r.mu.Lock()
+	e := &r.ents[id%uint64(len(r.ents))]
+	if e.id == id {
+		switch {
+		case err != nil:
+			e.fin, e.state = t, Failed // when it gave up (0 on devices)
+		case !r.async:
+			e.fin, e.state = t, Finished
+			r.stats.add(e.kind, e.bytes, ns(t-e.beg, r.clk.mul))
+		}
+	}
+	r.mu.Unlock()
+}
+
+// Complete gives call id its start and finish as the device saw them, in
+// the ring's ticks (Ticks), for asynchronous backends: the GPU backend
+// stores them in host-mapped memory at the call's Slot and hands them over
+// once the device has written them.
+func (r *Ring) Complete(id uint64, start, finish int64) {
+	if r == nil || id == 0 {
+		return
+	}
+	r.mu.Lock()
+	e := &r.ents[id%uint64(len(r.ents))]
+	if e.id == id && e.state == Enqueued {
+		e.beg, e.fin, e.state = start, finish, Finished
+		r.stats.add(e.kind, e.bytes, ns(finish-start, r.clk.mul))
+	}
+	r.mu.Unlock()
+}
+
+// DeviceClock is implemented by asynchronous backends whose device
+// records when each call ran (a kernel storing %globaltimer into
+// host-mapped memory at the call's number modulo a table's size, with no
+// extra synchronisation): CallTimes reports the start and finish of call
+// seq in wall-clock nanoseconds, ok false while the device has not
+// written them.
+type DeviceClock interface {
+	CallTimes(seq uint64) (start, finish int64, ok bool)
+}
+
+// Resolve completes the enqueued numbered calls whose device times dc
+// knows; readers call it before Snapshot and Stats.
+func (r *Ring) Resolve(dc DeviceClock) {
+	if r == nil || dc == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clk
+	for i := range r.ents {
+		e := &r.ents[i]
+		if e.state != Enqueued || e.seq == 0 {
+			continue
+		}
+		if s, f, ok := dc.CallTimes(e.seq); ok && f >= s {
+			e.beg, e.fin, e.state = c.ticksAt(s), c.ticksAt(f), Finished
+			r.stats.add(e.kind, e.bytes, f-s)
+		}
+	}
+}
+
+// Slot is where call id's entry lives in the ring (0 <= Slot < the ring's
+// size).
+func (r *Ring) Slot(id uint64) int {
+	if r == nil {
+		return -1
+	}
+	return int(id % uint64(len(r.ents)))
+}
+
+// Ticks reads the ring's clock.
+func (r *Ring) Ticks() int64 { return r.clk.read() }
+
+// Snapshot copies the ring, oldest call first, with times in wall-clock
+// nanoseconds.
+func (r *Ring) Snapshot() Record {
+	if r == nil {
+		return Record{Version: recordVersion}
+	}
+	r.mu.Lock()
+	n, size := r.n, uint64(len(r.ents))
+	first := uint64(1)
+	if n > size {
+		first = n - size + 1
+	}
+	ents := make([]entry, 0, n-first+1)
+	for id := first; id <= n; id++ {
+		ents = append(ents, r.ents[id%size])
+	}
+	r.mu.Unlock()
+	w := r.clk.wall()
+	rec := Record{Version: recordVersion, Meta: r.meta, Dropped: first - 1, Calls: make([]Call, len(ents))}
+	for i := range ents {
+		rec.Calls[i] = ents[i].export(w, r.Slot(ents[i].id))
+	}
+	return rec
+}

@@ -1,0 +1,218 @@
+package recorder
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+func testRing(size int, async bool) *Ring {
+	return New(Config{Size: size, Async: async, Meta: Meta{Comm: "c0", Rank: 1, Size: 4}})
+}
+
+func TestNewOff(t *testing.T) {
+	r := New(Config{Size: 0})
+	require.Nil(t, r)
+	// A nil ring records nothing and does not fail.
+	id := r.Begin(&collectives.Args{Coll: collectives.AllReduce})
+	r.End(id, nil)
+	assert.Empty(t, r.Snapshot().Calls)
+	assert.Nil(t, r.Stats())
+}
+
+func TestRingKeepsTheLastCalls(t *testing.T) {
+	const size, calls = 8, 21
+	r := testRing(size, false)
+	colls := collectives.AllCollectives()
+	want := make([]collectives.Args, calls)
+	before := time.Now().UnixNano()
+	for i := range want {
+		a := collectives.Args{Coll: colls[rand.IntN(len(colls))], Count: rand.IntN(1 << 20), Type: collectives.Float32,
+			Root: rand.IntN(4), Stream: uintptr(rand.IntN(3)), Seq: uint64(i + 1)}
+		want[i] = a
+		id := r.Begin(&a)
+		var err error
+		if i == calls-1 {
+			err = errors.New("boom")
+		}
+		r.End(id, err)
+	}
+	after := time.Now().UnixNano()
+	rec := r.Snapshot()
+	require.Len(t, rec.Calls, size)
+	assert.Equal(t, uint64(calls-size), rec.Dropped)
+	var prev int64
+	for i, c := range rec.Calls {
+		a := want[calls-size+i]
+		assert.Equal(t, a.Seq, c.Seq)
+		assert.Equal(t, Kind(a.Coll).String(), c.Call)
+		assert.Equal(t, int64(a.Count), c.Count)
+		assert.Equal(t, "float32", c.Type)
+		wantBytes := int64(a.Count) * 4
+		if a.Coll == collectives.AllGather || a.Coll == collectives.ReduceScatter {
+			wantBytes *= 4
+		}
+		assert.Equal(t, wantBytes, c.Bytes, "call %d", i)
+		if a.Coll.Rooted() {
+			assert.Equal(t, a.Root, c.Peer)
+		} else {
+			assert.Equal(t, -1, c.Peer)
+		}
+		// Times within the test's span (a little slack for the
+		// conversion), in order.
+		assert.GreaterOrEqual(t, c.Start, before-int64(time.Millisecond))
+		assert.LessOrEqual(t, c.Finish, after+int64(time.Millisecond))
+		assert.GreaterOrEqual(t, c.Finish, c.Start)
+		assert.GreaterOrEqual(t, c.Start, prev)
+		prev = c.Finish
+		if i == size-1 {
+			assert.Equal(t, "failed", c.State)
+		} else {
+			assert.Equal(t, "finished", c.State)
+		}
+	}
+}
+
+func TestRingAsyncStaysEnqueuedUntilComplete(t *testing.T) {
+	r := testRing(4, true)
+	id := r.Begin(&collectives.Args{Coll: collectives.AllReduce, Count: 2, Type: collectives.Int32, Seq: 1})
+	r.End(id, nil)
+	c := r.Snapshot().Calls[0]
+	assert.Equal(t, "enqueued", c.State)
+	assert.Zero(t, c.Start)
+	assert.Empty(t, r.Stats())
+	s := r.Ticks()
+	r.Complete(id, s, s+int64(1000))
+	c = r.Snapshot().Calls[0]
+	assert.Equal(t, "finished", c.State)
+	assert.Greater(t, c.Finish, c.Start)
+	require.Len(t, r.Stats(), 1)
+	assert.Equal(t, r.Slot(id), c.Slot)
+}
+
+func TestBeginGroupKinds(t *testing.T) {
+	f32 := collectives.Float32
+	p2p := func(k collectives.P2PKind, peer, count int) collectives.P2P {
+		return collectives.P2P{Kind: k, Peer: peer, Buf: 64, Count: count, Type: f32}
+	}
+	all := func(count int) []collectives.P2P {
+		var ops []collectives.P2P
+		for p := 0; p < 4; p++ {
+			ops = append(ops, p2p(collectives.SendOp, p, count), p2p(collectives.RecvOp, p, count))
+		}
+		return ops
+	}
+	cases := []struct {
+		name  string
+		g     collectives.Group
+		call  string
+		peer  int
+		bytes int64
+	}{
+		{"send", collectives.Group{P2P: []collectives.P2P{p2p(collectives.SendOp, 2, 10)}}, "Send", 2, 40},
+		{"recv", collectives.Group{P2P: []collectives.P2P{p2p(collectives.RecvOp, 3, 10)}}, "Recv", 3, 40},
+		{"group", collectives.Group{P2P: []collectives.P2P{p2p(collectives.SendOp, 3, 10), p2p(collectives.RecvOp, 0, 5)}}, "Group", -1, 40},
+		{"alltoall", collectives.Group{Kind: collectives.AllToAllGroup, Seq: 9, P2P: all(8)}, "AllToAll", -1, 4 * 32},
+		{"gather", collectives.Group{Kind: collectives.GatherGroup, Seq: 9, P2P: []collectives.P2P{p2p(collectives.SendOp, 0, 8)}}, "Gather", 0, 4 * 32},
+		{"scatter", collectives.Group{Kind: collectives.ScatterGroup, Seq: 9, P2P: []collectives.P2P{p2p(collectives.RecvOp, 2, 8)}}, "Scatter", 2, 4 * 32},
+		{"colls", collectives.Group{Seq: 4, Colls: []collectives.Args{{Coll: collectives.AllReduce, Count: 3, Type: f32}, {Coll: collectives.Broadcast, Count: 5, Type: f32}}}, "Group", -1, 32},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testRing(4, false)
+			r.End(r.BeginGroup(&tc.g), nil)
+			c := r.Snapshot().Calls[0]
+			assert.Equal(t, tc.call, c.Call)
+			assert.Equal(t, tc.peer, c.Peer)
+			assert.Equal(t, tc.bytes, c.Bytes)
+			assert.Equal(t, tc.g.Seq, c.Seq)
+			assert.Equal(t, len(tc.g.P2P)+len(tc.g.Colls), c.Ops)
+		})
+	}
+}
+
+// TestRecordAllocations: the hot path allocates nothing once a kind and
+// size class have been seen.
+func TestRecordAllocations(t *testing.T) {
+	r := testRing(DefaultSize, false)
+	a := collectives.Args{Coll: collectives.AllReduce, Count: 1024, Type: collectives.Float32}
+	r.End(r.Begin(&a), nil)
+	g := collectives.Group{P2P: []collectives.P2P{{Kind: collectives.SendOp, Peer: 1, Buf: 64, Count: 8, Type: collectives.Float32}}}
+	r.End(r.BeginGroup(&g), nil)
+	n := testing.AllocsPerRun(1000, func() {
+		a.Seq++
+		r.End(r.Begin(&a), nil)
+		r.End(r.BeginGroup(&g), nil)
+	})
+	assert.Zero(t, n)
+}
+
+// BenchmarkRecord is what recording adds to every host call: Begin and
+// End. The budget is 50 ns and no allocation.
+func BenchmarkRecord(b *testing.B) {
+	r := testRing(DefaultSize, false)
+	a := collectives.Args{Coll: collectives.AllReduce, Count: 1024, Type: collectives.Float32}
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Seq++
+		r.End(r.Begin(&a), nil)
+	}
+}
+
+func BenchmarkRecordGroup(b *testing.B) {
+	r := testRing(DefaultSize, false)
+	g := collectives.Group{P2P: []collectives.P2P{{Kind: collectives.SendOp, Peer: 1, Buf: 64, Count: 8, Type: collectives.Float32}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.End(r.BeginGroup(&g), nil)
+	}
+}
+
+func BenchmarkRecordOff(b *testing.B) {
+	var r *Ring
+	a := collectives.Args{Coll: collectives.AllReduce, Count: 1024, Type: collectives.Float32}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.End(r.Begin(&a), nil)
+	}
+}
+
+// fakeDevice knows the times of the calls in times.
+type fakeDevice map[uint64][2]int64
+
+func (f fakeDevice) CallTimes(seq uint64) (int64, int64, bool) {
+	t, ok := f[seq]
+	return t[0], t[1], ok
+}
+
+// TestResolveDeviceTimes: enqueued calls take the device's wall-clock
+// times, converted to the ring's clock and back within a microsecond, and
+// count in the statistics; calls the device has not timed stay enqueued.
+func TestResolveDeviceTimes(t *testing.T) {
+	r := testRing(8, true)
+	for s := uint64(1); s <= 3; s++ {
+		r.End(r.Begin(&collectives.Args{Coll: collectives.AllReduce, Count: 256, Type: collectives.Float32, Seq: s}), nil)
+	}
+	base := time.Now().Add(-time.Second).UnixNano()
+	dev := fakeDevice{1: {base, base + 5000}, 2: {base + 10_000, base + 30_000}}
+	r.Resolve(dev)
+	calls := r.Snapshot().Calls
+	require.Len(t, calls, 3)
+	for i, c := range calls[:2] {
+		want := dev[uint64(i+1)]
+		assert.Equal(t, "finished", c.State)
+		assert.InDelta(t, want[0], c.Start, 1000, "call %d start", i+1)
+		assert.InDelta(t, want[1], c.Finish, 1000, "call %d finish", i+1)
+	}
+	assert.Equal(t, "enqueued", calls[2].State)
+	st := r.Stats()
+	require.Len(t, st, 1)
+	assert.Equal(t, uint64(2), st[0].Count)
+	assert.Equal(t, 25*time.Microsecond, st[0].Total)
+}

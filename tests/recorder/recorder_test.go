@@ -1,0 +1,142 @@
+package recorder
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/launcher"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childVar) != "" {
+		os.Exit(rankMain())
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer the launcher's pumps may write from
+// several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runJob runs 4 ranks of this binary through goccl run's code and returns
+// each rank's FAILED line, the launcher's stderr and its exit code.
+func runJob(t *testing.T, jobTimeout string, env ...string) (failed map[int]string, stderr string, code int) {
+	t.Helper()
+	// The job's recorder directory goes under this test's own temporary
+	// directory, out of the way of tests that watch the shared one.
+	t.Setenv("TMPDIR", t.TempDir())
+	for _, kv := range append([]string{childVar + "=rank", "GOCCL_TIMEOUT=3s"}, env...) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	var out, errb syncBuffer
+	t0 := time.Now()
+	code = launcher.Main([]string{"-np", "4", "--tag-output", "--timeout", jobTimeout, "--grace", "3s",
+		os.Args[0], "-test.run=^$"}, &out, &errb)
+	t.Logf("job ended in %v with code %d", time.Since(t0), code)
+	failed = map[int]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		tag, rest, ok := strings.Cut(l, "] ")
+		if !ok || !strings.HasPrefix(tag, "[") {
+			continue
+		}
+		r, err := strconv.Atoi(tag[1:])
+		if err == nil && strings.HasPrefix(rest, "FAILED") {
+			failed[r] = rest
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	}
+	return failed, errb.String(), code
+}
+
+// The victim (rank 3) misbehaves at call 5 of 10. Every survivor's error
+// and goccl run's summary name it and the call.
+func TestStragglerNamed(t *testing.T) {
+	const victim, at = 3, 5
+	cases := []struct {
+		fault     string
+		survivors []int
+		want      []string // in every survivor's error and in goccl run's summary
+	}{
+		{"skip", []int{0, 1, 2}, []string{
+			"rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since",
+			"rank 3's last call: AllReduce #4, finished",
+		}},
+		{"other", []int{0, 1, 2, 3}, []string{
+			"ranks are in different calls #5: rank 3 in AllGather #5 (int32, 4 KiB), while ranks 0-2 are in AllReduce #5 (int32, 4 KiB)",
+		}},
+		{"stop", []int{0, 1, 2}, []string{
+			"ranks 0-2 wait in AllReduce #5 (int32, 4 KiB) since",
+			"rank 3 gave no record (stopped, hung or dead)",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.fault, func(t *testing.T) {
+			failed, stderr, code := runJob(t, "60s", "REC_FAULT="+tc.fault, fmt.Sprintf("REC_VICTIM=%d", victim), fmt.Sprintf("REC_AT=%d", at))
+			assert.NotZero(t, code)
+			for _, r := range tc.survivors {
+				l, ok := failed[r]
+				require.True(t, ok, "rank %d printed no FAILED line", r)
+				for _, w := range tc.want {
+					assert.Contains(t, l, "flight recorder: ", "rank %d", r)
+					assert.Contains(t, l, w, "rank %d", r)
+				}
+			}
+			summary := summaryOf(t, stderr)
+			for _, w := range tc.want {
+				assert.Contains(t, summary, w)
+			}
+		})
+	}
+}
+
+func summaryOf(t *testing.T, stderr string) string {
+	t.Helper()
+	var summary string
+	for _, l := range strings.Split(stderr, "\n") {
+		if s, ok := strings.CutPrefix(l, "goccl run: flight recorder: "); ok {
+			require.Empty(t, summary, "one communicator, one line")
+			summary = s
+		}
+	}
+	require.NotEmpty(t, summary, "goccl run printed no summary:\n%s", stderr)
+	return summary
+}
+
+// TestStragglerNamedOnJobTimeout: no rank fails (their own timeout is far
+// off) but the job's time runs out; goccl run asks the ranks for their
+// records before it stops them and names the straggler from them.
+func TestStragglerNamedOnJobTimeout(t *testing.T) {
+	failed, stderr, code := runJob(t, "4s", "GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5")
+	assert.Equal(t, launcher.ExitTimeout, code)
+	assert.Empty(t, failed, "no rank's call failed")
+	summary := summaryOf(t, stderr)
+	assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
+	assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
+}
