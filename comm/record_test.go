@@ -22,7 +22,7 @@ import (
 	"github.com/goccl/goccl/recorder"
 )
 
-func hostComms(t *testing.T, n int, env map[string]string) []*Comm {
+func hostCommsEnv(t *testing.T, n int, env map[string]string) []*Comm {
 	t.Helper()
 	devs := make([]int, n)
 	comms, err := InitAll(context.Background(), devs, Options{Backend: BackendHost, Env: env, Logger: discardLogger()})
@@ -98,7 +98,7 @@ func randomCalls(k int) []call {
 // alike, finished, in order; Stats counts them per kind and size class.
 func TestRecordAndStats(t *testing.T) {
 	const n = 3
-	comms := hostComms(t, n, map[string]string{"GOCCL_RECORDER_SIZE": "16"})
+	comms := hostCommsEnv(t, n, map[string]string{"GOCCL_RECORDER_SIZE": "16"})
 	calls := randomCalls(20)
 	runCalls(t, comms, calls)
 	for _, c := range comms {
@@ -148,7 +148,7 @@ func TestRecordAndStats(t *testing.T) {
 }
 
 func TestRecorderOff(t *testing.T) {
-	comms := hostComms(t, 2, map[string]string{"GOCCL_RECORDER_SIZE": "0"})
+	comms := hostCommsEnv(t, 2, map[string]string{"GOCCL_RECORDER_SIZE": "0"})
 	runCalls(t, comms, randomCalls(3))
 	assert.Empty(t, comms[0].Record().Calls)
 	assert.Nil(t, comms[0].Stats())
@@ -167,7 +167,7 @@ func TestRecorderEnvInvalid(t *testing.T) {
 // Prometheus parser: the call counts and bytes are those made.
 func TestMetricsEndpoint(t *testing.T) {
 	const n = 2
-	comms := hostComms(t, n, map[string]string{"GOCCL_METRICS_ADDR": "127.0.0.1:0"})
+	comms := hostCommsEnv(t, n, map[string]string{"GOCCL_METRICS_ADDR": "127.0.0.1:0"})
 	calls := []call{{"AllReduce", 1000}, {"AllReduce", 1000}, {"AllReduce", 1024}, {"AllGather", 10}}
 	runCalls(t, comms, calls)
 	addr := MetricsAddr()
@@ -209,7 +209,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // GOCCL_RECORDER_DIR, and the ranks go on.
 func TestDumpOnSIGUSR1(t *testing.T) {
 	dir := t.TempDir()
-	comms := hostComms(t, 2, map[string]string{"GOCCL_RECORDER_DIR": dir})
+	comms := hostCommsEnv(t, 2, map[string]string{"GOCCL_RECORDER_DIR": dir})
 	runCalls(t, comms, randomCalls(5))
 	t0 := time.Now()
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
