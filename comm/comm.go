@@ -31,6 +31,7 @@ type Comm struct {
 	callMu sync.Mutex
 	args   collectives.Args // reused so that a call does not allocate
 	seq    uint64           // calls every rank makes, numbered alike; under callMu
+	inP2P  bool             // the call under way has Sends or Recvs; under callMu
 
 	barrierWord uint64 // Barrier's one-element in-place AllReduce, on the heap with the Comm
 
@@ -280,6 +281,11 @@ func (c *Comm) closedCause(r int) error {
 	for i := 0; !ok && i < 100; i++ {
 		time.Sleep(time.Millisecond)
 		n, ok = c.boot.closedCalls(r)
+	}
+	if c.inP2P {
+		// Point-to-point calls take no number: say what this rank waits in.
+		return fmt.Errorf("%w while rank %d waits for it in Sends or Recvs (rank %d had made %d numbered calls, rank %d %d)",
+			collectives.ErrPeerClosed, c.rank, r, n, c.rank, cur)
 	}
 	switch {
 	case ok && n >= cur:

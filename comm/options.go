@@ -95,7 +95,7 @@ type settings struct {
 	log        *slog.Logger
 	hbInterval time.Duration
 	factory    BackendFactory
-	hostID     string // GOCCL_HOSTID: names this rank's node in place of hostname and boot id
+	hostID     string           // GOCCL_HOSTID: names this rank's node in place of hostname and boot id
 	rec        recorderSettings // GOCCL_RECORDER_*, GOCCL_METRICS_ADDR (record.go)
 }
 

@@ -213,6 +213,8 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 		}
 	}
 	id := c.rec.BeginGroup(g)
+	c.inP2P = len(g.P2P) > 0
+	defer func() { c.inP2P = false }()
 	if gr, ok := c.backend.(collectives.GroupRunner); ok {
 		err := gr.RunGroup(ctx, g)
 		c.rec.End(id, err)

@@ -257,3 +257,39 @@ func TestPointToPointBadArguments(t *testing.T) {
 	assert.Equal(t, buf[:4], out)
 	runtime.KeepAlive(buf)
 }
+
+// A peer that closes its communicator while this rank waits in a Recv (or
+// Send) from it ends the wait at once, naming it, not at the timeout.
+func TestPointToPointPeerCloses(t *testing.T) {
+	for _, kind := range []string{"recv", "send"} {
+		t.Run(kind, func(t *testing.T) {
+			comms, err := InitAll(context.Background(), make([]int, 2), Options{Backend: BackendHost, Env: map[string]string{},
+				Logger: discardLogger(), Timeout: 60 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+			require.NoError(t, err)
+			defer comms[0].Close()
+			buf := make([]int32, 1<<20) // more than the pair's ring: a Send waits too
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() {
+				if kind == "recv" {
+					done <- comms[0].Recv(context.Background(), ptr32(buf), len(buf), Int32, 1, 0)
+				} else {
+					done <- comms[0].Send(context.Background(), ptr32(buf), len(buf), Int32, 1, 0)
+				}
+			}()
+			time.Sleep(50 * time.Millisecond)
+			require.NoError(t, comms[1].Close())
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the wait on a closed peer did not end")
+			}
+			runtime.KeepAlive(buf)
+			t.Logf("%s ended %v after the peer closed: %v", kind, time.Since(start)-50*time.Millisecond, err)
+			require.ErrorIs(t, err, ErrPeerClosed)
+			var pe *PeerError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, 1, pe.Rank)
+		})
+	}
+}

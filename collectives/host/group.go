@@ -131,6 +131,9 @@ type idleWait struct {
 	polls int
 	start time.Time
 	nap   time.Duration
+	// closedSeen: a peer of a pending operation had closed at the last
+	// idle; one more pass settles whether it left its part done.
+	closedSeen bool
 }
 
 // idle waits a little for a peer, as waitSlow does: busy polls (while
@@ -154,6 +157,17 @@ func (b *backend) idle(ctx context.Context, w *idleWait, bell uint32, st []pendi
 	if err := b.interrupted(ctx); err != nil {
 		return err
 	}
+	if q, op := b.closedPeer(st); q >= 0 {
+		if !w.closedSeen {
+			// The close is told after the peer's last move: one more pass
+			// takes whatever it left in the channels.
+			w.closedSeen = true
+			return nil
+		}
+		return &collectives.PeerError{Rank: q, Cause: fmt.Errorf(
+			"%w with calls still outstanding: host: rank %d waits for it in a %s of %d %s (message %d of the pair, %d of %d bytes moved)",
+			collectives.ErrPeerClosed, b.rank, op.op.Kind, op.op.Count, op.op.Type, op.seq, op.off, len(op.buf))}
+	}
 	now := time.Now()
 	if w.start.IsZero() {
 		w.start, w.nap = now, minNap
@@ -175,6 +189,22 @@ func (b *backend) idle(ctx context.Context, w *idleWait, bell uint32, st []pendi
 	}
 	atomic.AddUint32(p.bellWait[me], ^uint32(0))
 	return nil
+}
+
+// closedPeer finds a pending operation whose peer closed its
+// communicator (its segment's closed word), or -1.
+func (b *backend) closedPeer(st []pending) (int, *pending) {
+	for i := range st {
+		o := &st[i]
+		q := o.op.Peer
+		if o.done || q == b.rank || !b.p2p.active(o) {
+			continue
+		}
+		if atomic.LoadUint32(word(b.seg.Peer(q), offClosed)) != 0 {
+			return q, o
+		}
+	}
+	return -1, nil
 }
 
 // stuck is the timeout error, naming the peer of the first operation that

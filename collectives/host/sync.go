@@ -266,6 +266,9 @@ func (b *backend) PeerClosed(q int) {
 	}
 	atomic.StoreUint32(word(b.seg.Peer(q), offClosed), 1)
 	futexWake(b.seq[q])
+	if b.p2p.bells != nil {
+		futexWake(b.p2p.bells[b.rank]) // point-to-point waits sleep here
+	}
 }
 
 // futexWait sleeps while *w == v, at most d. Spurious returns are fine:
