@@ -168,7 +168,14 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 				return
 			}
 			// A leaf reports its own abort, or a peer its collective
-			// timed out on (see blame); rank 0 relays either.
+			// timed out on (see blame); rank 0 relays either, also to the
+			// rank named. That rank, when it has just stalled, says so.
+			if r == b.rank {
+				if d, ok := b.stalled(); ok {
+					b.selfStalled(d, remoteCause(msg))
+					continue
+				}
+			}
 			b.peerFailed(r, remoteCause(msg))
 		default:
 			b.peerFailed(p.rank, fmt.Errorf("%w: unexpected %s frame", errMalformed, kindNames[h.Kind]))
