@@ -37,6 +37,12 @@ type commHandle struct {
 	orphan   bool        // no handle was given out (a split's NCCL_SPLIT_NOCOLOR)
 	clique   *clique     // the ranks formed with it by one thread, if any
 	released atomic.Bool // finalized or destroyed: its close was asked for
+
+	// Window registrations are collective: every rank must make them in
+	// the same order, also those a group runs in the background. winTail
+	// is the last one started; each waits for the one before it.
+	winMu   sync.Mutex
+	winTail chan struct{}
 }
 
 var comms = registry[commHandle]{tag: tagComm}

@@ -85,8 +85,15 @@ func goccl_window_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t,
 		return invalidArg(fn, "size is 0")
 	}
 	w := &winHandle{comm: uintptr(hc), ready: make(chan struct{})}
+	h.winMu.Lock()
+	prev := h.winTail
+	h.winTail = w.ready
+	h.winMu.Unlock()
 	go func() {
 		defer close(w.ready)
+		if prev != nil {
+			<-prev // in call order: goccl's Register is collective
+		}
 		reg, err := c.Register(bg, uintptr(buf), uint64(size))
 		if errors.Is(err, comm.ErrNotSupported) {
 			// The backend (host memory) has no zero-copy path: the window
