@@ -70,7 +70,7 @@ func TestDeathDuringInit(t *testing.T) {
 				}
 				p := j.ranks[r]
 				l := p.expect(t, "INITFAIL", 12*time.Second)
-				lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+				lat := stamp(t, l).Sub(t0)
 				assert.LessOrEqual(t, lat, 10*time.Second, "rank %d: %s", r, l)
 				assert.Contains(t, rest(l, "err"), tc.want, "rank %d must name rank %d: %s", r, tc.victim, l)
 				assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", p.expect(t, "LEAK", 5*time.Second), "rank %d after its init failed", r)

@@ -53,7 +53,7 @@ func (j *job) survivors(t *testing.T, victim int, prefix string, t0 time.Time, b
 		}
 		left := time.Until(t0.Add(bound))
 		l := p.expect(t, prefix, max(left, 0)+time.Second) // the check below is the bound
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+		lat := stamp(t, l).Sub(t0)
 		assert.LessOrEqual(t, lat, bound, "rank %d reported after %v: %s", r, lat, l)
 		out = append(out, failure{rank: r, line: l, latency: lat})
 	}
@@ -163,7 +163,7 @@ func TestStopDuringCollective(t *testing.T) {
 			tc0 := time.Now()
 			require.NoError(t, v.cmd.Process.Signal(syscall.SIGCONT))
 			l := v.expect(t, "FAILED", 10*time.Second)
-			t.Logf("the stopped rank, continued, failed after %v: %s", time.Unix(0, fieldInt(t, l, "t")).Sub(tc0), l)
+			t.Logf("the stopped rank, continued, failed after %v: %s", stamp(t, l).Sub(tc0), l)
 			// It names itself, not a healthy peer.
 			assert.Equal(t, strconv.Itoa(tc.victim), field(l, "peer"), "the resumed rank must blame itself: %s", l)
 			if tc.stall {

@@ -246,7 +246,7 @@ func TestShrinkAfterKill(t *testing.T) {
 					continue
 				}
 				l := p.expect(t, "SHRUNK", 30*time.Second)
-				worstShrink = max(worstShrink, time.Unix(0, fieldInt(t, l, "t")).Sub(t0))
+				worstShrink = max(worstShrink, stamp(t, l).Sub(t0))
 				want := r
 				if r > victim {
 					want--
@@ -309,7 +309,7 @@ func TestShrinkLowestSurvivorKilled(t *testing.T) {
 	for _, r := range []int{3, 2} {
 		p := j.ranks[r]
 		l := p.expect(t, "SHRINKFAIL", 10*time.Second)
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+		lat := stamp(t, l).Sub(t0)
 		worstErr = max(worstErr, lat)
 		assert.LessOrEqual(t, lat, 10*time.Second, l)
 		assert.Equal(t, "1", field(l, "peer"), "rank %d must name rank 1: %s", r, l)
