@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -94,12 +93,5 @@ func TestDeathDuringInit(t *testing.T) {
 // startSome is startJob for a subset of the ranks (the others are nil).
 func startSome(t *testing.T, nranks int, ranks []int, env []string, extra map[int][]string) *job {
 	t.Helper()
-	j := startJob(t, 0, nil, nil)
-	j.ranks = make([]*proc, nranks)
-	for _, r := range ranks {
-		e := append([]string{childVar + "=rank", "FAULTS_ID=" + j.id.String(),
-			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		j.ranks[r] = spawn(t, append(e, extra[r]...)...)
-	}
-	return j
+	return startChildren(t, "rank", nranks, ranks, env, extra)
 }

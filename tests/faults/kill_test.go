@@ -23,14 +23,26 @@ type job struct {
 // adds to rank r's only.
 func startJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
 	t.Helper()
+	return startChildren(t, "rank", nranks, nil, env, extra)
+}
+
+// startChildren starts the ranks of an nranks job (all when ranks is nil)
+// as children in mode, with env added to each and extra[r] to rank r's;
+// the ranks not started are nil in the job.
+func startChildren(t *testing.T, mode string, nranks int, ranks []int, env []string, extra map[int][]string) *job {
+	t.Helper()
 	id, err := comm.NewUniqueID()
 	require.NoError(t, err)
-	j := &job{id: id}
-	for r := 0; r < nranks; r++ {
-		e := append([]string{childVar + "=rank", "FAULTS_ID=" + id.String(),
+	j := &job{id: id, ranks: make([]*proc, nranks)}
+	if ranks == nil {
+		for r := 0; r < nranks; r++ {
+			ranks = append(ranks, r)
+		}
+	}
+	for _, r := range ranks {
+		e := append([]string{childVar + "=" + mode, "FAULTS_ID=" + id.String(),
 			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		e = append(e, extra[r]...)
-		j.ranks = append(j.ranks, spawn(t, e...))
+		j.ranks[r] = spawn(t, append(e, extra[r]...)...)
 	}
 	return j
 }

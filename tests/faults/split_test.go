@@ -326,13 +326,5 @@ func TestShrinkLowestSurvivorKilled(t *testing.T) {
 // startSplitJob starts nranks split children of one unique id.
 func startSplitJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
 	t.Helper()
-	id, err := comm.NewUniqueID()
-	require.NoError(t, err)
-	j := &job{id: id}
-	for r := 0; r < nranks; r++ {
-		e := append([]string{childVar + "=split", "FAULTS_ID=" + id.String(),
-			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		j.ranks = append(j.ranks, spawn(t, append(e, extra[r]...)...))
-	}
-	return j
+	return startChildren(t, "split", nranks, nil, env, extra)
 }
