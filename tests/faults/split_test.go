@@ -44,19 +44,9 @@ func splitMain() int {
 	opts := comm.Options{Backend: comm.BackendHost, HeartbeatInterval: 200 * time.Millisecond}
 	warmNetpoll()
 	before := measure()
-	var c *comm.Comm
-	var err error
-	token := os.Getenv("GOCCL_JOB_TOKEN")
-	if s := os.Getenv("FAULTS_ID"); s != "" {
-		id, perr := comm.ParseUniqueID(s)
-		if perr != nil {
-			fmt.Println("bad FAULTS_ID:", perr)
-			return 99
-		}
-		token = id.Token()
-		c, err = comm.InitRank(ctx, id, envInt("FAULTS_NRANKS", 0), envInt("FAULTS_RANK", 0), opts)
-	} else {
-		c, err = comm.InitFromEnv(ctx, opts)
+	c, token, err := joinJob(ctx, envInt("FAULTS_NRANKS", 0), envInt("FAULTS_RANK", 0), opts)
+	if errors.Is(err, errBadID) {
+		return 99
 	}
 	if err != nil {
 		fmt.Println(report("INITFAIL", err))
