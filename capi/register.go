@@ -27,19 +27,29 @@ type regHandle struct {
 
 var regs = registry[regHandle]{tag: tagReg}
 
-//export goccl_register
-func goccl_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t) C.int {
-	const fn = "ncclCommRegister"
-	h, _, code := lookup(fn, hc)
+// lookupRegion is what both registrations check first: a live
+// communicator (its read lock released, as a registration outlives the
+// call) and a buffer that is not NULL nor empty.
+func lookupRegion(fn string, hc, buf C.uintptr_t, size C.size_t) (*commHandle, *comm.Comm, C.int) {
+	h, c, code := lookup(fn, hc)
 	if code != ncclSuccess {
-		return code
+		return nil, nil, code
 	}
 	h.mu.RUnlock()
 	if buf == 0 {
-		return invalidArg(fn, "buff is NULL")
+		return nil, nil, invalidArg(fn, "buff is NULL")
 	}
 	if size == 0 {
-		return invalidArg(fn, "size is 0")
+		return nil, nil, invalidArg(fn, "size is 0")
+	}
+	return h, c, ncclSuccess
+}
+
+//export goccl_register
+func goccl_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t) C.int {
+	const fn = "ncclCommRegister"
+	if _, _, code := lookupRegion(fn, hc, buf, size); code != ncclSuccess {
+		return code
 	}
 	*out = C.uintptr_t(regs.add(&regHandle{comm: uintptr(hc), ptr: uintptr(buf), size: uint64(size)}))
 	return ncclSuccess
@@ -73,16 +83,9 @@ var windows = registry[winHandle]{tag: tagWindow}
 //export goccl_window_register
 func goccl_window_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t, gid C.uint64_t) C.int {
 	const fn = "ncclCommWindowRegister"
-	h, c, code := lookup(fn, hc)
+	h, c, code := lookupRegion(fn, hc, buf, size)
 	if code != ncclSuccess {
 		return code
-	}
-	h.mu.RUnlock()
-	if buf == 0 {
-		return invalidArg(fn, "buff is NULL")
-	}
-	if size == 0 {
-		return invalidArg(fn, "size is 0")
 	}
 	w := &winHandle{comm: uintptr(hc), ready: make(chan struct{})}
 	h.winMu.Lock()

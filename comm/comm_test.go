@@ -186,6 +186,25 @@ func TestCommAbortWhileBlocked(t *testing.T) {
 	}
 }
 
+// dropBootstrap ends c's bootstrap as a dying process would: its sockets
+// close, no goodbye.
+func dropBootstrap(c *Comm) {
+	dead := c.boot
+	dead.closing.Store(true)
+	for _, p := range dead.peers {
+		p.conn.Close()
+	}
+}
+
+// requireAbortedBy requires err to be an ErrAborted PeerError naming rank.
+func requireAbortedBy(t *testing.T, err error, rank int) {
+	t.Helper()
+	var pe *collectives.PeerError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, rank, pe.Rank)
+	require.ErrorIs(t, err, collectives.ErrAborted)
+}
+
 // A rank whose connections vanish without a goodbye (as when its process
 // dies) is named by every survivor's watchdog.
 func TestCommPeerDeathInProcess(t *testing.T) {
@@ -197,20 +216,12 @@ func TestCommPeerDeathInProcess(t *testing.T) {
 	}
 	<-ff.get(0).started
 	<-ff.get(1).started
-	// Kill rank 2's bootstrap as a dying process would: sockets close, no bye.
-	dead := comms[2].boot
-	dead.closing.Store(true)
-	for _, p := range dead.peers {
-		p.conn.Close()
-	}
+	dropBootstrap(comms[2])
 	start := time.Now()
 	for i := 0; i < 2; i++ {
 		select {
 		case err := <-done:
-			var pe *collectives.PeerError
-			require.ErrorAs(t, err, &pe)
-			assert.Equal(t, 2, pe.Rank)
-			require.ErrorIs(t, err, collectives.ErrAborted)
+			requireAbortedBy(t, err, 2)
 			assert.Contains(t, err.Error(), "rank 2 failed")
 		case <-time.After(10 * time.Second):
 			t.Fatal("survivor still blocked 10 s after rank 2 died")

@@ -1,36 +1,18 @@
 package comm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/internal/syncbuf"
 )
-
-// lockedBuffer is a log sink shared by goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // INFO says how the host backend is wired at init; TRACE adds each call.
 func TestDebugLevels(t *testing.T) {
@@ -39,7 +21,7 @@ func TestDebugLevels(t *testing.T) {
 		calls bool
 	}{{slog.LevelInfo, false}, {LevelTrace, true}} {
 		t.Run(tc.level.String(), func(t *testing.T) {
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: tc.level}))
 			comms, err := InitAll(context.Background(), []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{}, Logger: log})
 			require.NoError(t, err)
@@ -72,7 +54,7 @@ func TestDebugLevels(t *testing.T) {
 // A failure reaches the caller as an error; at the default level (WARN)
 // it adds no log lines on top of it, on any rank.
 func TestFailureLogsNoWarnings(t *testing.T) {
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	comms, err := InitAll(context.Background(), []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{}, Logger: log})
 	require.NoError(t, err)

@@ -195,18 +195,11 @@ func TestHostPointToPointPeerDeath(t *testing.T) {
 	go func() { done <- comms[0].Recv(context.Background(), ptr32(buf[:10]), 10, Int32, 2, 0) }()
 	go func() { done <- comms[1].Send(context.Background(), ptr32(buf), len(buf), Int32, 2, 0) }()
 	time.Sleep(50 * time.Millisecond)
-	dead := comms[2].boot
-	dead.closing.Store(true)
-	for _, p := range dead.peers {
-		p.conn.Close()
-	}
+	dropBootstrap(comms[2])
 	for i := 0; i < 2; i++ {
 		select {
 		case err := <-done:
-			var pe *collectives.PeerError
-			require.ErrorAs(t, err, &pe)
-			assert.Equal(t, 2, pe.Rank)
-			require.ErrorIs(t, err, collectives.ErrAborted)
+			requireAbortedBy(t, err, 2)
 		case <-time.After(10 * time.Second):
 			t.Fatal("a survivor still waits 10 s after rank 2 died")
 		}

@@ -324,6 +324,20 @@ func (s *shrinker) judge(ev shrinkEvent) bool {
 	return true
 }
 
+// admit takes an arrival into the rendezvous: true when its list is ours
+// (the arrival then answered); false with the mismatch when judge finds
+// one; false alone when judge deferred it.
+func (s *shrinker) admit(ev shrinkEvent) (bool, error) {
+	if slices.Equal(ev.list, s.ex) {
+		s.answered(ev.conn)
+		return true, nil
+	}
+	if s.judge(ev) {
+		return false, s.mismatch(ev.rank, ev.list)
+	}
+	return false, nil
+}
+
 // send hands ev to the rendezvous, or drops it once that is over (its
 // connection, tracked, is closed by the end).
 func (s *shrinker) send(ev shrinkEvent) {
@@ -487,13 +501,13 @@ func (s *shrinker) lead(ctx context.Context) (UniqueID, net.Listener, error) {
 		case ev := <-s.events:
 			switch ev.kind {
 			case evArrival:
-				if !slices.Equal(ev.list, s.ex) {
-					if s.judge(ev) {
-						return fail(s.mismatch(ev.rank, ev.list))
-					}
+				ours, err := s.admit(ev)
+				if err != nil {
+					return fail(err)
+				}
+				if !ours {
 					continue
 				}
-				s.answered(ev.conn)
 				if ev.role != roleJoin {
 					_ = ev.conn.Close()
 					continue
@@ -610,13 +624,13 @@ func (s *shrinker) follow(ctx context.Context) (UniqueID, error) {
 		case ev := <-s.events:
 			switch ev.kind {
 			case evArrival:
-				if !slices.Equal(ev.list, s.ex) {
-					if s.judge(ev) {
-						return giveUp(s.mismatch(ev.rank, ev.list))
-					}
+				ours, err := s.admit(ev)
+				if err != nil {
+					return giveUp(err)
+				}
+				if !ours {
 					continue
 				}
-				s.answered(ev.conn)
 				if ev.role == roleProbe {
 					_ = writeOnce(ev.conn, kindHeartbeat, nil)
 				}

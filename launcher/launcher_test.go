@@ -15,13 +15,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -31,31 +32,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for the launcher's pumps and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // job is a Config running this test binary as the ranks' program.
-func job(t *testing.T, np int, args ...string) (Config, *syncBuffer, *syncBuffer, string) {
+func job(t *testing.T, np int, args ...string) (Config, *syncbuf.Buffer, *syncbuf.Buffer, string) {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
 	dir := t.TempDir()
-	out, errb := &syncBuffer{}, &syncBuffer{}
+	out, errb := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	return Config{
 		NP:      np,
 		Program: self,
@@ -494,19 +477,19 @@ func TestLauncherProcessForwardsSIGTERM(t *testing.T) {
 
 func TestLauncherReportsFailingRank(t *testing.T) {
 	self, _ := os.Executable()
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	t.Setenv(childEnv, "1")
 	code := Main([]string{"-np", "4", "--grace", "1s", self, "exit", "2", "3"}, &out, &errb)
 	assert.Equal(t, 3, code)
 	assert.Contains(t, errb.String(), "goccl run: rank 2 exited with status 3\n")
 
-	errb = syncBuffer{}
+	errb = syncbuf.Buffer{}
 	code = Main([]string{"-np", "2", "--timeout", "300ms", "--grace", "1s", self, "sleep"}, &out, &errb)
 	assert.Equal(t, ExitTimeout, code)
 	assert.Contains(t, errb.String(), "goccl run: job timed out after 300ms; ranks still running: 0,1\n")
 	assert.Contains(t, errb.String(), "goccl run: stopped 2 rank(s)\n")
 
-	errb = syncBuffer{}
+	errb = syncbuf.Buffer{}
 	code = Main([]string{"-np", "2"}, &out, &errb)
 	assert.Equal(t, ExitConfig, code)
 	assert.Contains(t, errb.String(), "no program to run")

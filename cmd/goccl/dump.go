@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,16 +18,11 @@ import (
 func dumpMain(args []string) int { return dumpCmd(args, os.Stdout, os.Stderr) }
 
 func dumpCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("goccl dump", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := subcommandFlags("dump", "usage: goccl dump [-dir D] [-timeout 5s] PID", stderr)
 	dir := fs.String("dir", "", "the rank's GOCCL_RECORDER_DIR (default: read from its environment)")
 	wait := fs.Duration("timeout", 5*time.Second, "how long to wait for the record")
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: goccl dump [-dir D] [-timeout 5s] PID") }
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,17 +17,10 @@ func plotMain(args []string) int {
 }
 
 func plotCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("goccl plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := subcommandFlags("plot", "usage: goccl plot -o FILE.png RUN.json [PEER.json...]", stderr)
 	out := fs.String("o", "", "the plot to write (.png, .svg or .pdf)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goccl plot -o FILE.png RUN.json [PEER.json...]")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *out == "" || fs.NArg() == 0 {
 		fs.Usage()

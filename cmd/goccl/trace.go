@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,21 +14,14 @@ import (
 func traceMain(args []string) int { return traceCmd(args, os.Stdout, os.Stderr) }
 
 func traceCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("goccl trace", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := subcommandFlags("trace", "usage: goccl trace [-o trace.json] [-png timeline.png] RECORD.json...", stderr)
 	out := fs.String("o", "", "the trace to write (default: standard output)")
 	png := fs.String("png", "", "also draw a timeline (.png, .svg or .pdf)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goccl trace [-o trace.json] [-png timeline.png] RECORD.json...")
-	}
 	// Flags may follow the files (goccl trace rank*.json -o trace.json).
 	var files []string
 	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
+		if code, ok := parseFlags(fs, rest); !ok {
+			return code
 		}
 		if fs.NArg() == 0 {
 			break

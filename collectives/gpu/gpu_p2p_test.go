@@ -89,15 +89,8 @@ func TestGPUP2PGraphReplay(t *testing.T) {
 		require.NoError(t, r.drv.StreamBeginCapture(be.ctx, r.streams[rank], cuda.CaptureThreadLocal))
 	}
 	r.p2pRing(t, collectives.Float32, count, 0, true)
-	for rank, be := range r.bes {
-		g, err := r.drv.StreamEndCapture(be.ctx, r.streams[rank])
-		require.NoError(t, err)
-		execs[rank], err = r.drv.GraphInstantiate(be.ctx, g)
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = r.drv.GraphExecDestroy(be.ctx, execs[rank])
-			_ = r.drv.GraphDestroy(be.ctx, g)
-		})
+	for rank := range r.bes {
+		execs[rank] = r.endCapture(t, rank)
 	}
 	rng := rand.New(rand.NewPCG(13, 14))
 	for it := 0; it < 30; it++ {
@@ -110,9 +103,7 @@ func TestGPUP2PGraphReplay(t *testing.T) {
 			r.put(t, rank, r.send[rank], ins[rank])
 			require.NoError(t, r.drv.MemsetD8Async(be.ctx, r.recv[rank], 0xA5, r.cap, r.streams[rank]))
 		}
-		for rank, be := range r.bes {
-			require.NoError(t, r.drv.GraphLaunch(be.ctx, execs[rank], r.streams[rank]))
-		}
+		r.launchGraphs(t, execs)
 		r.sync(t)
 		r.checkRing(t, ins, 0, true, "replay")
 	}

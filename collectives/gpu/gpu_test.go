@@ -101,6 +101,30 @@ func (r *rig) get(t *testing.T, rank int, src cuda.DevicePtr, n int) []byte {
 	return b
 }
 
+// endCapture ends rank's stream capture and returns the graph made
+// executable, both destroyed when the test ends.
+func (r *rig) endCapture(t *testing.T, rank int) cuda.GraphExec {
+	t.Helper()
+	ctx := r.bes[rank].ctx
+	g, err := r.drv.StreamEndCapture(ctx, r.streams[rank])
+	require.NoError(t, err)
+	ge, err := r.drv.GraphInstantiate(ctx, g)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = r.drv.GraphExecDestroy(ctx, ge)
+		_ = r.drv.GraphDestroy(ctx, g)
+	})
+	return ge
+}
+
+// launchGraphs launches execs[rank] on every rank's stream.
+func (r *rig) launchGraphs(t *testing.T, execs []cuda.GraphExec) {
+	t.Helper()
+	for rank, be := range r.bes {
+		require.NoError(t, r.drv.GraphLaunch(be.ctx, execs[rank], r.streams[rank]))
+	}
+}
+
 func (r *rig) sync(t *testing.T) {
 	for i, be := range r.bes {
 		require.NoError(t, r.drv.StreamSynchronize(be.ctx, r.streams[i]))
@@ -278,14 +302,7 @@ func TestGPUGraphReplay(t *testing.T) {
 		require.NoError(t, r.drv.StreamBeginCapture(be.ctx, s, cuda.CaptureThreadLocal))
 		a := collectives.Args{Coll: collectives.AllReduce, Send: uintptr(r.send[rank]), Recv: uintptr(r.recv[rank]), Count: count, Type: dt, Op: op, Stream: uintptr(s)}
 		require.NoError(t, be.Run(context.Background(), &a))
-		g, err := r.drv.StreamEndCapture(be.ctx, s)
-		require.NoError(t, err)
-		execs[rank], err = r.drv.GraphInstantiate(be.ctx, g)
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = r.drv.GraphExecDestroy(be.ctx, execs[rank])
-			_ = r.drv.GraphDestroy(be.ctx, g)
-		})
+		execs[rank] = r.endCapture(t, rank)
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for it := 0; it < 100; it++ {
@@ -296,9 +313,7 @@ func TestGPUGraphReplay(t *testing.T) {
 			r.put(t, rank, r.send[rank], ins[rank])
 			require.NoError(t, r.drv.MemsetD8Async(be.ctx, r.recv[rank], 0xA5, count*4, r.streams[rank]))
 		}
-		for rank, be := range r.bes {
-			require.NoError(t, r.drv.GraphLaunch(be.ctx, execs[rank], r.streams[rank]))
-		}
+		r.launchGraphs(t, execs)
 		r.sync(t)
 		for rank := range r.bes {
 			require.NoError(t, checkReduced(dt, op, ins, 0, r.get(t, rank, r.recv[rank], count*4), count), "replay %d rank %d", it, rank)

@@ -1,13 +1,11 @@
 package gpu
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/cuda"
+	"github.com/goccl/goccl/internal/syncbuf"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/nvls/nvlstest"
 	"github.com/goccl/goccl/transport/transporttest"
@@ -102,23 +101,13 @@ func (r *nvlsRig) assertNothingLive(t *testing.T) {
 }
 
 // logBuffer captures the default logger's output for a test.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type logBuffer struct{ syncbuf.Buffer }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
+// lines returns the lines that contain every one of substr.
 func (l *logBuffer) lines(substr ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
 next:
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		for _, s := range substr {
 			if !strings.Contains(line, s) {
 				continue next

@@ -51,19 +51,24 @@ func (j *job) close() {
 	}
 }
 
-// run calls every rank's Run concurrently with its own args.
-func (j *job) run(ctx context.Context, args []collectives.Args) []error {
+// each calls f for every rank concurrently and returns its errors by rank.
+func (j *job) each(f func(r int) error) []error {
 	errs := make([]error, j.n)
 	var wg sync.WaitGroup
 	for r := range j.bes {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			errs[r] = j.bes[r].Run(ctx, &args[r])
+			errs[r] = f(r)
 		}(r)
 	}
 	wg.Wait()
 	return errs
+}
+
+// run calls every rank's Run concurrently with its own args.
+func (j *job) run(ctx context.Context, args []collectives.Args) []error {
+	return j.each(func(r int) error { return j.bes[r].Run(ctx, &args[r]) })
 }
 
 // alloc returns n zero bytes, 64-byte aligned, on the heap (the backend

@@ -35,9 +35,10 @@ func benchGroups(b *testing.B, j *job, groups []*collectives.Group, bytes int) {
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e6, "us/op")
 }
 
-// BenchmarkSendRecvRing: every rank sends to the next and receives from
-// the previous in one group (nccl-tests' sendrecv).
-func BenchmarkSendRecvRing(b *testing.B) {
+// benchRankGroups runs, for 2 and 4 ranks and each of benchSizes, the
+// group build makes for each rank r of n from its own send and receive
+// buffers of the size.
+func benchRankGroups(b *testing.B, build func(n, r int, send, recv []byte) *collectives.Group) {
 	for _, n := range []int{2, 4} {
 		for _, sz := range benchSizes {
 			b.Run(fmt.Sprintf("ranks=%d/%s", n, sz.name), func(b *testing.B) {
@@ -47,10 +48,7 @@ func BenchmarkSendRecvRing(b *testing.B) {
 				for r := range groups {
 					send, recv := alloc(sz.bytes), alloc(sz.bytes)
 					bufs = append(bufs, send, recv)
-					groups[r] = &collectives.Group{P2P: []collectives.P2P{
-						{Kind: collectives.SendOp, Peer: (r + 1) % n, Buf: addr(send), Count: sz.bytes, Type: collectives.Uint8},
-						{Kind: collectives.RecvOp, Peer: (r + n - 1) % n, Buf: addr(recv), Count: sz.bytes, Type: collectives.Uint8},
-					}}
+					groups[r] = build(n, r, send, recv)
 				}
 				benchGroups(b, j, groups, sz.bytes)
 				runtime.KeepAlive(bufs)
@@ -59,29 +57,27 @@ func BenchmarkSendRecvRing(b *testing.B) {
 	}
 }
 
+// BenchmarkSendRecvRing: every rank sends to the next and receives from
+// the previous in one group (nccl-tests' sendrecv).
+func BenchmarkSendRecvRing(b *testing.B) {
+	benchRankGroups(b, func(n, r int, send, recv []byte) *collectives.Group {
+		return &collectives.Group{P2P: []collectives.P2P{
+			{Kind: collectives.SendOp, Peer: (r + 1) % n, Buf: addr(send), Count: len(send), Type: collectives.Uint8},
+			{Kind: collectives.RecvOp, Peer: (r + n - 1) % n, Buf: addr(recv), Count: len(recv), Type: collectives.Uint8},
+		}}
+	})
+}
+
 // BenchmarkAllToAll: the group AllToAll is, blocks of bytes/n per peer.
 func BenchmarkAllToAll(b *testing.B) {
-	for _, n := range []int{2, 4} {
-		for _, sz := range benchSizes {
-			b.Run(fmt.Sprintf("ranks=%d/%s", n, sz.name), func(b *testing.B) {
-				j := newJob(b, n, Config{})
-				groups := make([]*collectives.Group, n)
-				var bufs [][]byte
-				blk := sz.bytes / n
-				for r := range groups {
-					send, recv := alloc(sz.bytes), alloc(sz.bytes)
-					bufs = append(bufs, send, recv)
-					g := &collectives.Group{Kind: collectives.AllToAllGroup}
-					for p := 0; p < n; p++ {
-						g.P2P = append(g.P2P,
-							collectives.P2P{Kind: collectives.SendOp, Peer: p, Buf: addr(send[p*blk:]), Count: blk, Type: collectives.Uint8},
-							collectives.P2P{Kind: collectives.RecvOp, Peer: p, Buf: addr(recv[p*blk:]), Count: blk, Type: collectives.Uint8})
-					}
-					groups[r] = g
-				}
-				benchGroups(b, j, groups, sz.bytes)
-				runtime.KeepAlive(bufs)
-			})
+	benchRankGroups(b, func(n, r int, send, recv []byte) *collectives.Group {
+		blk := len(send) / n
+		g := &collectives.Group{Kind: collectives.AllToAllGroup}
+		for p := 0; p < n; p++ {
+			g.P2P = append(g.P2P,
+				collectives.P2P{Kind: collectives.SendOp, Peer: p, Buf: addr(send[p*blk:]), Count: blk, Type: collectives.Uint8},
+				collectives.P2P{Kind: collectives.RecvOp, Peer: p, Buf: addr(recv[p*blk:]), Count: blk, Type: collectives.Uint8})
 		}
-	}
+		return g
+	})
 }

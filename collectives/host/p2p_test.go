@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -153,17 +152,7 @@ func (p *plan) check(r int, rb *rankBufs) error {
 
 // runGroups runs every rank's group concurrently.
 func (j *job) runGroups(ctx context.Context, groups []*collectives.Group) []error {
-	errs := make([]error, j.n)
-	var wg sync.WaitGroup
-	for r := range j.bes {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			errs[r] = j.bes[r].(collectives.GroupRunner).RunGroup(ctx, groups[r])
-		}(r)
-	}
-	wg.Wait()
-	return errs
+	return j.each(func(r int) error { return j.bes[r].(collectives.GroupRunner).RunGroup(ctx, groups[r]) })
 }
 
 // execute runs the plan once and checks every rank.

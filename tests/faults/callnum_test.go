@@ -1,17 +1,12 @@
 package faults
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/launcher"
 )
@@ -66,33 +61,20 @@ func TestCallNumbers(t *testing.T) {
 	var worstAll time.Duration
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pr, pw := io.Pipe()
-			tg := newTagged()
-			go tg.feed(pr)
-			var stderr bytes.Buffer
-			type result struct {
-				res launcher.Result
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				res, err := launcher.Run(context.Background(), launcher.Config{
-					NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"}, TagOutput: true,
-					Env: rankEnv(append([]string{"FAULTS_COLL=allreduce", "FAULTS_COUNT=" + strconv.Itoa(count),
-						"FAULTS_ITERS=" + strconv.Itoa(iters), "FAULTS_TERM=catch"}, tc.env...)...),
-					Stdout: pw, Stderr: &stderr, Grace: 10 * time.Second, Timeout: 120 * time.Second,
-				})
-				_ = pw.Close()
-				done <- result{res, err}
-			}()
-			t0 := time.Unix(0, fieldInt(t, tg.expect(t, odd, "ODD", 30*time.Second), "t"))
+			j := launch(launcher.Config{
+				NP: np, Env: rankEnv(append([]string{"FAULTS_COLL=allreduce", "FAULTS_COUNT=" + strconv.Itoa(count),
+					"FAULTS_ITERS=" + strconv.Itoa(iters), "FAULTS_TERM=catch"}, tc.env...)...),
+				Grace: 10 * time.Second, Timeout: 120 * time.Second,
+			})
+			tg := j.tg
+			t0 := stamp(t, tg.expect(t, odd, "ODD", 30*time.Second))
 			var last time.Time
 			for r := 0; r < np; r++ {
 				if r == odd && tc.want.odd == nil {
 					continue
 				}
 				l := tg.expect(t, r, "FAILED", 30*time.Second)
-				last = maxTime(last, time.Unix(0, fieldInt(t, l, "t")))
+				last = maxTime(last, stamp(t, l))
 				assert.Equal(t, "true", field(l, tc.want.field), "rank %d: %s", r, l)
 				msg := rest(l, "err")
 				wants := tc.want.survivors
@@ -106,20 +88,11 @@ func TestCallNumbers(t *testing.T) {
 				}
 				t.Logf("rank %d: %s", r, msg)
 			}
-			var res result
-			select {
-			case res = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("a rank still runs 30 s after the others failed")
-			}
-			var re *launcher.RankError
-			require.ErrorAs(t, res.err, &re, "stderr:\n%s", stderr.String())
+			res, _ := j.failedRank(t, 30*time.Second, "a rank still runs 30 s after the others failed")
 			for r := 0; r < np; r++ {
-				tg.mu.Lock()
-				for _, l := range tg.lines[r] {
+				for _, l := range tg.rankLines(r) {
 					assert.NotContains(t, l, "BADRESULT", "rank %d computed wrong data", r)
 				}
-				tg.mu.Unlock()
 			}
 			took := last.Sub(t0)
 			worstAll = max(worstAll, took)

@@ -118,6 +118,27 @@ func leakLine(before usage, token string, rank int) string {
 		now.goroutines-before.goroutines, len(abstractSockets(fmt.Sprintf("goccl-%s-%d", token, rank))))
 }
 
+// errBadID is joinJob's error for a FAULTS_ID that does not parse.
+var errBadID = errors.New("bad FAULTS_ID")
+
+// joinJob makes this child's communicator: rank of nranks in the job
+// FAULTS_ID names, or else the job the launcher's environment describes.
+// token is the job's, which names its sockets for the leak count.
+func joinJob(ctx context.Context, nranks, rank int, opts comm.Options) (*comm.Comm, string, error) {
+	s := os.Getenv("FAULTS_ID")
+	if s == "" {
+		c, err := comm.InitFromEnv(ctx, opts)
+		return c, os.Getenv("GOCCL_JOB_TOKEN"), err
+	}
+	id, err := comm.ParseUniqueID(s)
+	if err != nil {
+		fmt.Println("bad FAULTS_ID:", err)
+		return nil, "", errBadID
+	}
+	c, err := comm.InitRank(ctx, id, nranks, rank, opts)
+	return c, id.Token(), err
+}
+
 func rankMain() int {
 	if os.Getenv("FAULTS_TERM") == "catch" {
 		signal.Ignore(syscall.SIGTERM)
@@ -143,20 +164,9 @@ func rankMain() int {
 	}
 	warmNetpoll()
 	before := measure()
-	token := ""
-	var c *comm.Comm
-	var err error
-	if s := os.Getenv("FAULTS_ID"); s != "" {
-		id, perr := comm.ParseUniqueID(s)
-		if perr != nil {
-			fmt.Println("bad FAULTS_ID:", perr)
-			return 99
-		}
-		token = id.Token()
-		c, err = comm.InitRank(ctx, id, nranks, rank, opts)
-	} else {
-		token = os.Getenv("GOCCL_JOB_TOKEN")
-		c, err = comm.InitFromEnv(ctx, opts)
+	c, token, err := joinJob(ctx, nranks, rank, opts)
+	if errors.Is(err, errBadID) {
+		return 99
 	}
 	if err != nil {
 		fmt.Println(report("INITFAIL", err))

@@ -1,17 +1,12 @@
 package faults
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/launcher"
 )
@@ -39,7 +34,7 @@ func TestPeerClosesEarly(t *testing.T) {
 				"FAULTS_ITERS=" + strconv.Itoa(iters), fmt.Sprintf("FAULTS_ITERS_%d=%d", tc.victim, iters-1)}, nil)
 			v := j.ranks[tc.victim]
 			v.expect(t, "OK", 30*time.Second)
-			t0 := time.Unix(0, fieldInt(t, v.expect(t, "CLOSING", 10*time.Second), "t"))
+			t0 := stamp(t, v.expect(t, "CLOSING", 10*time.Second))
 			v.expect(t, "CLOSED", 10*time.Second)
 			assert.Equal(t, 0, v.exitCode(t, 10*time.Second), "the early rank closed cleanly")
 			fs := j.survivors(t, tc.victim, "FAILED", t0, 5*time.Second)
@@ -66,48 +61,20 @@ func TestPeerClosesEarly(t *testing.T) {
 // the rank that closed early.
 func TestPeerClosesEarlyUnderLauncher(t *testing.T) {
 	const np, victim, iters = 3, 1, 10
-	pr, pw := io.Pipe()
-	tg := newTagged()
-	go tg.feed(pr)
-	var stderr bytes.Buffer
-	type result struct {
-		res launcher.Result
-		err error
+	j := launch(launcher.Config{
+		NP: np, Env: rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=4096", "FAULTS_ITERS="+strconv.Itoa(iters),
+			fmt.Sprintf("FAULTS_ITERS_%d=%d", victim, iters-1), "FAULTS_TERM=catch"),
+		Grace: 10 * time.Second, Timeout: 120 * time.Second,
+	})
+	t0 := stamp(t, j.tg.expect(t, victim, "CLOSING", 30*time.Second))
+	j.tg.expect(t, victim, "CLOSED", 10*time.Second)
+	fs := j.tg.survivors(t, np, victim, t0, 10*time.Second)
+	for _, f := range fs {
+		assert.LessOrEqual(t, f.latency, 5*time.Second)
+		assert.Contains(t, rest(f.line, "err"), "peer closed its communicator after call #9", f.line)
 	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := launcher.Run(context.Background(), launcher.Config{
-			NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"}, TagOutput: true,
-			Env: rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=4096", "FAULTS_ITERS="+strconv.Itoa(iters),
-				fmt.Sprintf("FAULTS_ITERS_%d=%d", victim, iters-1), "FAULTS_TERM=catch"),
-			Stdout: pw, Stderr: &stderr, Grace: 10 * time.Second, Timeout: 120 * time.Second,
-		})
-		_ = pw.Close()
-		done <- result{res, err}
-	}()
-	t0 := time.Unix(0, fieldInt(t, tg.expect(t, victim, "CLOSING", 30*time.Second), "t"))
-	tg.expect(t, victim, "CLOSED", 10*time.Second)
-	var worstLat time.Duration
-	for r := 0; r < np; r++ {
-		if r == victim {
-			continue
-		}
-		l := tg.expect(t, r, "FAILED", 10*time.Second)
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
-		worstLat = max(worstLat, lat)
-		assert.LessOrEqual(t, lat, 5*time.Second)
-		assert.Equal(t, strconv.Itoa(victim), field(l, "peer"), "rank %d: %s", r, l)
-		assert.Contains(t, rest(l, "err"), "peer closed its communicator after call #9", l)
-	}
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the launcher did not finish within 30 s of the early Close")
-	}
-	var re *launcher.RankError
-	require.ErrorAs(t, res.err, &re, "stderr:\n%s", stderr.String())
+	res, re := j.failedRank(t, 30*time.Second, "the launcher did not finish within 30 s of the early Close")
 	assert.NotEqual(t, victim, re.Status.Rank, "the early rank exited 0")
 	assert.Equal(t, 1, res.res.ExitCode)
-	t.Logf("survivors' worst time to error %v; launcher: %v", worstLat, res.err)
+	t.Logf("survivors' worst time to error %v; launcher: %v", worst(fs), res.err)
 }

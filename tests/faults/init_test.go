@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -70,7 +69,7 @@ func TestDeathDuringInit(t *testing.T) {
 				}
 				p := j.ranks[r]
 				l := p.expect(t, "INITFAIL", 12*time.Second)
-				lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+				lat := stamp(t, l).Sub(t0)
 				assert.LessOrEqual(t, lat, 10*time.Second, "rank %d: %s", r, l)
 				assert.Contains(t, rest(l, "err"), tc.want, "rank %d must name rank %d: %s", r, tc.victim, l)
 				assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", p.expect(t, "LEAK", 5*time.Second), "rank %d after its init failed", r)
@@ -94,12 +93,5 @@ func TestDeathDuringInit(t *testing.T) {
 // startSome is startJob for a subset of the ranks (the others are nil).
 func startSome(t *testing.T, nranks int, ranks []int, env []string, extra map[int][]string) *job {
 	t.Helper()
-	j := startJob(t, 0, nil, nil)
-	j.ranks = make([]*proc, nranks)
-	for _, r := range ranks {
-		e := append([]string{childVar + "=rank", "FAULTS_ID=" + j.id.String(),
-			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		j.ranks[r] = spawn(t, append(e, extra[r]...)...)
-	}
-	return j
+	return startChildren(t, "rank", nranks, ranks, env, extra)
 }

@@ -23,14 +23,26 @@ type job struct {
 // adds to rank r's only.
 func startJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
 	t.Helper()
+	return startChildren(t, "rank", nranks, nil, env, extra)
+}
+
+// startChildren starts the ranks of an nranks job (all when ranks is nil)
+// as children in mode, with env added to each and extra[r] to rank r's;
+// the ranks not started are nil in the job.
+func startChildren(t *testing.T, mode string, nranks int, ranks []int, env []string, extra map[int][]string) *job {
+	t.Helper()
 	id, err := comm.NewUniqueID()
 	require.NoError(t, err)
-	j := &job{id: id}
-	for r := 0; r < nranks; r++ {
-		e := append([]string{childVar + "=rank", "FAULTS_ID=" + id.String(),
+	j := &job{id: id, ranks: make([]*proc, nranks)}
+	if ranks == nil {
+		for r := 0; r < nranks; r++ {
+			ranks = append(ranks, r)
+		}
+	}
+	for _, r := range ranks {
+		e := append([]string{childVar + "=" + mode, "FAULTS_ID=" + id.String(),
 			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		e = append(e, extra[r]...)
-		j.ranks = append(j.ranks, spawn(t, e...))
+		j.ranks[r] = spawn(t, append(e, extra[r]...)...)
 	}
 	return j
 }
@@ -53,7 +65,7 @@ func (j *job) survivors(t *testing.T, victim int, prefix string, t0 time.Time, b
 		}
 		left := time.Until(t0.Add(bound))
 		l := p.expect(t, prefix, max(left, 0)+time.Second) // the check below is the bound
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+		lat := stamp(t, l).Sub(t0)
 		assert.LessOrEqual(t, lat, bound, "rank %d reported after %v: %s", r, lat, l)
 		out = append(out, failure{rank: r, line: l, latency: lat})
 	}
@@ -163,7 +175,7 @@ func TestStopDuringCollective(t *testing.T) {
 			tc0 := time.Now()
 			require.NoError(t, v.cmd.Process.Signal(syscall.SIGCONT))
 			l := v.expect(t, "FAILED", 10*time.Second)
-			t.Logf("the stopped rank, continued, failed after %v: %s", time.Unix(0, fieldInt(t, l, "t")).Sub(tc0), l)
+			t.Logf("the stopped rank, continued, failed after %v: %s", stamp(t, l).Sub(tc0), l)
 			// It names itself, not a healthy peer.
 			assert.Equal(t, strconv.Itoa(tc.victim), field(l, "peer"), "the resumed rank must blame itself: %s", l)
 			if tc.stall {

@@ -3,7 +3,6 @@ package faults
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -88,56 +87,25 @@ func rankEnv(extra ...string) []string {
 // which keep running through SIGTERM here, report it too.
 func TestKillUnderLauncher(t *testing.T) {
 	const np, victim = 3, 1
-	pr, pw := io.Pipe()
-	tg := newTagged()
-	go tg.feed(pr)
-	var stderr bytes.Buffer
-	type result struct {
-		res launcher.Result
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := launcher.Run(context.Background(), launcher.Config{
-			NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"}, TagOutput: true,
-			Env:    rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=65536", "FAULTS_HB=200ms", "FAULTS_TERM=catch"),
-			Stdout: pw, Stderr: &stderr, Grace: 10 * time.Second, Timeout: 60 * time.Second,
-		})
-		_ = pw.Close()
-		done <- result{res, err}
-	}()
-	for r := 0; r < np; r++ {
-		tg.expect(t, r, "ITER0", 20*time.Second)
-	}
-	pid, err := strconv.Atoi(field(tg.expect(t, victim, "READY", time.Second), "pid"))
-	require.NoError(t, err)
+	j := launch(launcher.Config{
+		NP:    np,
+		Env:   rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=65536", "FAULTS_HB=200ms", "FAULTS_TERM=catch"),
+		Grace: 10 * time.Second, Timeout: 60 * time.Second,
+	})
+	pid := j.tg.runningPid(t, np, victim)
 	t0 := time.Now()
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	var worstLat time.Duration
-	for r := 0; r < np; r++ {
-		if r == victim {
-			continue
-		}
-		l := tg.expect(t, r, "FAILED", 10*time.Second)
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
-		worstLat = max(worstLat, lat)
-		assert.LessOrEqual(t, lat, 10*time.Second)
-		assert.Equal(t, strconv.Itoa(victim), field(l, "peer"), "rank %d: %s", r, l)
+	fs := j.tg.survivors(t, np, victim, t0, 10*time.Second)
+	for _, f := range fs {
+		assert.LessOrEqual(t, f.latency, 10*time.Second)
 	}
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the launcher did not finish within 20 s of the kill")
-	}
-	var re *launcher.RankError
-	require.ErrorAs(t, res.err, &re, "stderr:\n%s", stderr.String())
+	res, re := j.failedRank(t, 20*time.Second, "the launcher did not finish within 20 s of the kill")
 	assert.Equal(t, victim, re.Status.Rank)
 	assert.Equal(t, syscall.SIGKILL, re.Status.Signal)
 	assert.Equal(t, 128+9, res.res.ExitCode)
 	assert.Equal(t, victim, res.res.FirstFailed)
 	assert.Contains(t, res.err.Error(), fmt.Sprintf("rank %d was killed by signal 9", victim))
-	t.Logf("survivors' worst time to error %v; launcher done after %v", worstLat, time.Since(t0))
+	t.Logf("survivors' worst time to error %v; launcher done after %v", worst(fs), time.Since(t0))
 }
 
 // gocclDir holds the goccl binary built for this test binary run; TestMain
@@ -185,11 +153,7 @@ func TestKillUnderGocclRun(t *testing.T) {
 	tg := newTagged()
 	fed := make(chan struct{})
 	go func() { tg.feed(out); close(fed) }()
-	for r := 0; r < 3; r++ {
-		tg.expect(t, r, "ITER0", 20*time.Second)
-	}
-	pid, err := strconv.Atoi(field(tg.expect(t, victim, "READY", time.Second), "pid"))
-	require.NoError(t, err)
+	pid := tg.runningPid(t, 3, victim)
 	t0 := time.Now()
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	waited := make(chan error, 1)
@@ -212,55 +176,22 @@ func TestKillUnderGocclRun(t *testing.T) {
 // reports it, not the survivor reaped first, as the rank that failed.
 func TestStopUnderLauncher(t *testing.T) {
 	const np, victim = 3, 1
-	pr, pw := io.Pipe()
-	tg := newTagged()
-	go tg.feed(pr)
-	var stderr bytes.Buffer
-	type result struct {
-		res launcher.Result
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := launcher.Run(context.Background(), launcher.Config{
-			NP: np, Program: os.Args[0], Args: []string{"-test.run=^$"}, TagOutput: true,
-			Env:    rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=4096", "FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"),
-			Stdout: pw, Stderr: &stderr, Grace: 2 * time.Second, Timeout: 60 * time.Second,
-		})
-		_ = pw.Close()
-		done <- result{res, err}
-	}()
-	for r := 0; r < np; r++ {
-		tg.expect(t, r, "ITER0", 20*time.Second)
-	}
-	pid, err := strconv.Atoi(field(tg.expect(t, victim, "READY", time.Second), "pid"))
-	require.NoError(t, err)
+	j := launch(launcher.Config{
+		NP:    np,
+		Env:   rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=4096", "FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"),
+		Grace: 2 * time.Second, Timeout: 60 * time.Second,
+	})
+	pid := j.tg.runningPid(t, np, victim)
 	t0 := time.Now()
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	var worstLat time.Duration
-	for r := 0; r < np; r++ {
-		if r == victim {
-			continue
-		}
-		l := tg.expect(t, r, "FAILED", 10*time.Second)
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
-		worstLat = max(worstLat, lat)
-		assert.Equal(t, strconv.Itoa(victim), field(l, "peer"), "rank %d: %s", r, l)
-	}
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the launcher did not finish within 20 s of the stop")
-	}
-	var re *launcher.RankError
-	require.ErrorAs(t, res.err, &re, "stderr:\n%s", stderr.String())
+	fs := j.tg.survivors(t, np, victim, t0, 10*time.Second)
+	res, re := j.failedRank(t, 20*time.Second, "the launcher did not finish within 20 s of the stop")
 	assert.Equal(t, victim, re.Status.Rank, "the stopped rank, not a survivor, failed first")
 	assert.True(t, re.Status.Frozen, "reported as stopped")
 	assert.Equal(t, syscall.SIGKILL, re.Status.Signal, "killed after the grace")
 	assert.Equal(t, victim, res.res.FirstFailed)
 	assert.Equal(t, 128+9, res.res.ExitCode)
 	assert.Contains(t, res.err.Error(), fmt.Sprintf("rank %d was stopped (not running) when the job failed", victim))
-	t.Logf("survivors' worst time to error %v; launcher done after %v: %v", worstLat, time.Since(t0), res.err)
+	t.Logf("survivors' worst time to error %v; launcher done after %v: %v", worst(fs), time.Since(t0), res.err)
 }

@@ -160,6 +160,12 @@ func fieldInt(t *testing.T, line, key string) int64 {
 	return n
 }
 
+// stamp is a report line's t= field, the time the child printed it.
+func stamp(t *testing.T, line string) time.Time {
+	t.Helper()
+	return time.Unix(0, fieldInt(t, line, "t"))
+}
+
 // rest is everything after "key=" (the error text, last on the line).
 func rest(line, key string) string {
 	_, v, _ := strings.Cut(line, " "+key+"=")

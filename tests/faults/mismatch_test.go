@@ -243,7 +243,7 @@ func TestWorldSizeMismatch(t *testing.T) {
 			var took time.Duration
 			for r, p := range ps {
 				l := p.expect(t, "INITFAIL", 15*time.Second) // the init timeout is 60 s
-				took = max(took, time.Unix(0, fieldInt(t, l, "t")).Sub(t0))
+				took = max(took, stamp(t, l).Sub(t0))
 				assert.Equal(t, "true", field(l, "mismatch"), "rank %d: %s", r, l)
 				assert.Contains(t, rest(l, "err"), "rank 1 says nranks=3, rank 0 has 2", "rank %d", r)
 				assert.Equal(t, 2, p.exitCode(t, 10*time.Second))

@@ -44,19 +44,9 @@ func splitMain() int {
 	opts := comm.Options{Backend: comm.BackendHost, HeartbeatInterval: 200 * time.Millisecond}
 	warmNetpoll()
 	before := measure()
-	var c *comm.Comm
-	var err error
-	token := os.Getenv("GOCCL_JOB_TOKEN")
-	if s := os.Getenv("FAULTS_ID"); s != "" {
-		id, perr := comm.ParseUniqueID(s)
-		if perr != nil {
-			fmt.Println("bad FAULTS_ID:", perr)
-			return 99
-		}
-		token = id.Token()
-		c, err = comm.InitRank(ctx, id, envInt("FAULTS_NRANKS", 0), envInt("FAULTS_RANK", 0), opts)
-	} else {
-		c, err = comm.InitFromEnv(ctx, opts)
+	c, token, err := joinJob(ctx, envInt("FAULTS_NRANKS", 0), envInt("FAULTS_RANK", 0), opts)
+	if errors.Is(err, errBadID) {
+		return 99
 	}
 	if err != nil {
 		fmt.Println(report("INITFAIL", err))
@@ -246,7 +236,7 @@ func TestShrinkAfterKill(t *testing.T) {
 					continue
 				}
 				l := p.expect(t, "SHRUNK", 30*time.Second)
-				worstShrink = max(worstShrink, time.Unix(0, fieldInt(t, l, "t")).Sub(t0))
+				worstShrink = max(worstShrink, stamp(t, l).Sub(t0))
 				want := r
 				if r > victim {
 					want--
@@ -309,7 +299,7 @@ func TestShrinkLowestSurvivorKilled(t *testing.T) {
 	for _, r := range []int{3, 2} {
 		p := j.ranks[r]
 		l := p.expect(t, "SHRINKFAIL", 10*time.Second)
-		lat := time.Unix(0, fieldInt(t, l, "t")).Sub(t0)
+		lat := stamp(t, l).Sub(t0)
 		worstErr = max(worstErr, lat)
 		assert.LessOrEqual(t, lat, 10*time.Second, l)
 		assert.Equal(t, "1", field(l, "peer"), "rank %d must name rank 1: %s", r, l)
@@ -326,13 +316,5 @@ func TestShrinkLowestSurvivorKilled(t *testing.T) {
 // startSplitJob starts nranks split children of one unique id.
 func startSplitJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
 	t.Helper()
-	id, err := comm.NewUniqueID()
-	require.NoError(t, err)
-	j := &job{id: id}
-	for r := 0; r < nranks; r++ {
-		e := append([]string{childVar + "=split", "FAULTS_ID=" + id.String(),
-			"FAULTS_NRANKS=" + strconv.Itoa(nranks), "FAULTS_RANK=" + strconv.Itoa(r)}, env...)
-		j.ranks = append(j.ranks, spawn(t, append(e, extra[r]...)...))
-	}
-	return j
+	return startChildren(t, "split", nranks, nil, env, extra)
 }

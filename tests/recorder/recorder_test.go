@@ -1,17 +1,17 @@
 package recorder
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/internal/syncbuf"
 
 	"github.com/goccl/goccl/launcher"
 )
@@ -21,25 +21,6 @@ func TestMain(m *testing.M) {
 		os.Exit(rankMain())
 	}
 	os.Exit(m.Run())
-}
-
-// syncBuffer is a bytes.Buffer the launcher's pumps may write from
-// several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // runJob runs 4 ranks of this binary through goccl run's code and returns
@@ -53,7 +34,7 @@ func runJob(t *testing.T, jobTimeout string, env ...string) (failed map[int]stri
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	t0 := time.Now()
 	code = launcher.Main([]string{"-np", "4", "--tag-output", "--timeout", jobTimeout, "--grace", "3s",
 		os.Args[0], "-test.run=^$"}, &out, &errb)
