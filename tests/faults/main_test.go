@@ -27,10 +27,20 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(childVar); mode != "" {
 		os.Exit(childMain(mode))
 	}
+	// A TMPDIR of this package's own (the children inherit it): the leak
+	// checks compare the goccl files in it before and after, which other
+	// test packages running at the same time must not touch.
+	tmp, err := os.MkdirTemp("", "goccl-tests-faults-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults: temporary directory:", err)
+		os.Exit(2)
+	}
+	os.Setenv("TMPDIR", tmp)
 	code := m.Run()
 	if gocclDir != "" {
 		_ = os.RemoveAll(gocclDir)
 	}
+	_ = os.RemoveAll(tmp)
 	os.Exit(code)
 }
 
