@@ -128,9 +128,10 @@ func nodeKey(hostID string) string {
 	return hex.EncodeToString(id[:])
 }
 
-// checkOneNode fails init when the ranks span several machines: goccl's
-// transports (shared memory, IPC handles, VMM fds) reach only the ranks of
-// one node, and no engine between nodes is built in.
+// checkOneNode fails init when the ranks span several machines and the
+// backend is not the host one: the GPU transports (IPC handles, VMM fds,
+// NVLS) reach only the ranks of one node, and the GPU backend has no
+// engine between nodes yet.
 func checkOneNode(nodes []string, rank int) error {
 	var ids []topology.NodeID
 	for _, n := range nodes {
@@ -150,7 +151,7 @@ func checkOneNode(nodes []string, rank int) error {
 	for k, g := range groups {
 		parts = append(parts, fmt.Sprintf("node %d (%s): ranks %v", k, ids[g[0]], g))
 	}
-	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); goccl reaches only the ranks of one node (set GOCCL_HOSTID alike on every rank if they do share one machine)",
+	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); this backend reaches only the ranks of one node (the host backend spans nodes over UCX; set GOCCL_HOSTID alike on every rank if they do share one machine)",
 		ErrSpansNodes, rank, len(groups), strings.Join(parts, "; "))
 }
 

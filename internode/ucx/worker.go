@@ -55,7 +55,7 @@ type Op struct {
 const (
 	statusOK         = 0
 	statusInProgress = 1
-	statusTruncated  = -9  // UCS_ERR_MESSAGE_TRUNCATED
+	statusTruncated  = -9 // UCS_ERR_MESSAGE_TRUNCATED
 )
 
 // New creates this rank's worker, exchanges worker addresses through b
@@ -398,3 +398,7 @@ func (wk *Worker) Close() {
 		wk.state = nil
 	}
 }
+
+// Cancel ends every op of ops still pending and releases it (after a
+// failure to post the rest of a set).
+func (wk *Worker) Cancel(ops []Op) { wk.cancel(ops) }

@@ -1,0 +1,62 @@
+package host
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internode/ucx"
+)
+
+// needUCX skips a test across nodes when libucp is absent, naming the
+// package that has it.
+func needUCX(t *testing.T) {
+	t.Helper()
+	if err := ucx.Load(); err != nil {
+		t.Skipf("libucp not available (install libucx0): %v", err)
+	}
+	// TCP between the fake nodes, as between machines without RDMA.
+	t.Setenv("UCX_TLS", "tcp,self")
+}
+
+// TestAcrossNodes runs the collective matrix on in-process ranks placed
+// on fake nodes: equal nodes (hierarchical paths), unequal ones (flat
+// paths), and one rank per node (every rank its own rail).
+func TestAcrossNodes(t *testing.T) {
+	needUCX(t)
+	layouts := []string{"aabb", "aabbcc", "abb", "ab", "abab"}
+	counts := []int{0, 1, 7, 1031}
+	if testing.Short() {
+		layouts = []string{"aabb", "abb"}
+	}
+	for _, l := range layouts {
+		t.Run(l, func(t *testing.T) {
+			nodes := strings.Split(l, "")
+			n := len(nodes)
+			j := newJob(t, n, Config{StagingBytes: 4096, Nodes: nodes})
+			for _, count := range counts {
+				for _, c := range calls(n, count, collectives.AllDataTypes(), collectives.AllOps()) {
+					require.NoError(t, j.verify(c), "layout %s", l)
+				}
+			}
+		})
+	}
+}
+
+// TestAcrossNodesLarge crosses UCX's rendezvous sizes and the node
+// backend's rounds.
+func TestAcrossNodesLarge(t *testing.T) {
+	needUCX(t)
+	if testing.Short() {
+		t.Skip("large counts take seconds")
+	}
+	nodes := []string{"a", "a", "b", "b"}
+	j := newJob(t, len(nodes), Config{Nodes: nodes})
+	dts := []collectives.DataType{collectives.Int32, collectives.Float64, collectives.BFloat16}
+	for _, c := range calls(len(nodes), 1<<18+3, dts, []collectives.Op{collectives.Sum, collectives.Avg}) {
+		require.NoError(t, j.verify(c), fmt.Sprint(c))
+	}
+}
