@@ -189,12 +189,21 @@ func (m *multi) check() error {
 
 func (m *multi) peerClosed(r int) bool { return m.peerOff[r].Load() }
 
-// globalize names the rank of a node-local error by its rank in the job.
+// globalize names the rank of a node-local error by its rank in the job:
+// the node backend numbers its own ranks from 0 and, in the aborts that
+// fail passes it, ranks elsewhere from the node's size on.
 func (m *multi) globalize(err error) error {
 	var pe *collectives.PeerError
-	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(m.members[m.node]) {
+	if !errors.As(err, &pe) || pe.Rank < 0 {
+		return err
+	}
+	L := len(m.members[m.node])
+	switch {
+	case pe.Rank < L:
 		return &collectives.PeerError{Rank: m.members[m.node][pe.Rank],
 			Cause: fmt.Errorf("on node %d (its rank %d there): %w", m.node, pe.Rank, pe.Cause)}
+	case pe.Rank < L+m.n:
+		return &collectives.PeerError{Rank: pe.Rank - L, Cause: pe.Cause}
 	}
 	return err
 }
@@ -226,11 +235,16 @@ func (m *multi) fail(err error) error {
 		if m.local != nil {
 			// The node's ranks learn the error through shared memory,
 			// which names ranks by their index on the node.
+			// Ranks elsewhere are numbered after the node's own (see
+			// globalize).
 			var pe *collectives.PeerError
-			if errors.As(err, &pe) && m.nodeOf[pe.Rank] == m.node {
-				m.local.Abort(&collectives.PeerError{Rank: m.localOf[pe.Rank], Cause: pe.Cause})
-			} else {
+			switch {
+			case !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank >= m.n:
 				m.local.Abort(err)
+			case m.nodeOf[pe.Rank] == m.node:
+				m.local.Abort(&collectives.PeerError{Rank: m.localOf[pe.Rank], Cause: pe.Cause})
+			default:
+				m.local.Abort(&collectives.PeerError{Rank: len(m.members[m.node]) + pe.Rank, Cause: pe.Cause})
 			}
 		}
 	}

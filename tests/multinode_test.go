@@ -1,0 +1,71 @@
+package tests
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/internode/ucx"
+)
+
+// fakeNodes wraps prog so that `goccl run` ranks land on fake nodes of
+// per ranks each: GOCCL_HOSTID (and the local rank) from the rank.
+func fakeNodes(per int, prog string, args ...string) (string, []string) {
+	script := fmt.Sprintf(`GOCCL_HOSTID=fake-node-$((RANK / %d)) LOCAL_RANK=$((RANK %% %d)) LOCAL_WORLD_SIZE=%d exec "$0" "$@"`, per, per, per)
+	return "sh", append([]string{"-c", script, prog}, args...)
+}
+
+// TestConformanceAcrossNodes runs tests/conformance on the host backend
+// with two and three fake nodes of two ranks each, UCX over TCP on the
+// loopback between them: every collective × dtype × op and every
+// point-to-point call, checked bit-exactly on integers against the
+// program's reference, on every rank.
+func TestConformanceAcrossNodes(t *testing.T) {
+	if err := ucx.Load(); err != nil {
+		t.Skipf("libucp not available (install libucx0): %v", err)
+	}
+	conf := bin(t, "./tests/conformance")
+	small := []string{"--counts", fmt.Sprintf("0,1,%d", primeCount)}
+	p2p := []string{"--colls", "none", "--counts", "7,4095"}
+	big := []string{"--counts", strconv.Itoa(bigCount), "--types", "int32,float32,bfloat16", "--ops", "sum,avg"}
+	cases := []struct {
+		name  string
+		nodes int
+		args  []string
+	}{
+		{"2x2/small", 2, small},
+		{"2x2/p2p", 2, p2p},
+		{"2x2/big", 2, big},
+		{"3x2/small", 3, small},
+		{"3x2/p2p", 3, p2p},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			np := 2 * tc.nodes
+			prog, args := fakeNodes(2, conf, append([]string{"--backend", "host"}, tc.args...)...)
+			// TCP and self only: what two machines without RDMA share.
+			env := hostEnv("UCX_TLS=tcp,self", "GOCCL_DEBUG=INFO")
+			res := runJob(t, env, np, 5*time.Minute, []string{"--tag-output"}, prog, args...)
+			t.Logf("%s: %v", tc.name, res.took.Round(time.Millisecond))
+			require.Equal(t, 0, res.code, "conformance failed:\n%s", res)
+			out := res.stdout + res.stderr
+			assert.NotContains(t, res.stdout, "skipped", "the host backend runs every call")
+			for r := 0; r < np; r++ {
+				// The rank really ran across nodes, and checked cases.
+				assert.Regexp(t, fmt.Sprintf(`(?m)^\[%d\].*goccl host backend across nodes.*nodes=%d`, r, tc.nodes), out, "rank %d", r)
+				m := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] conformance: rank %d: (\d+) cases, 0 failed$`, r, r)).FindStringSubmatch(out)
+				if assert.NotNil(t, m, "rank %d did not report:\n%s", r, res) {
+					n, _ := strconv.Atoi(m[1])
+					assert.Positive(t, n, "rank %d checked no case", r)
+				}
+			}
+			assert.False(t, strings.Contains(out, "ranks on more than one node"), "init refused the nodes")
+		})
+	}
+}
