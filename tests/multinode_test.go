@@ -69,3 +69,25 @@ func TestConformanceAcrossNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestAcrossNodesWithoutUCX: a job across nodes whose libucp cannot be
+// loaded fails init on every rank, saying which library, which path was
+// tried and which setting to use; the same job on one node never loads
+// it and runs.
+func TestAcrossNodesWithoutUCX(t *testing.T) {
+	conf := bin(t, "./tests/conformance")
+	const missing = "/nonexistent/ucx/libucp.so.0"
+	args := []string{"--backend", "host", "--colls", "allreduce", "--types", "int32", "--ops", "sum", "--counts", "7"}
+	prog, pargs := fakeNodes(2, conf, args...)
+	res := runJob(t, hostEnv("GOCCL_UCX_PATH="+missing), 4, 2*time.Minute, []string{"--tag-output"}, prog, pargs...)
+	require.NotEqual(t, 0, res.code, "a job across nodes ran without libucp:\n%s", res)
+	out := res.stdout + res.stderr
+	assert.Contains(t, out, missing, "the path tried")
+	assert.Contains(t, out, "GOCCL_UCX_PATH", "the setting")
+	assert.Contains(t, out, "span 2 nodes", "why UCX was needed")
+	assert.NotContains(t, out, "cases, 0 failed", "no rank may have run")
+
+	prog, pargs = fakeNodes(4, conf, args...) // one node of four
+	res = runJob(t, hostEnv("GOCCL_UCX_PATH="+missing), 4, 2*time.Minute, []string{"--tag-output"}, prog, pargs...)
+	require.Equal(t, 0, res.code, "one node must not need UCX:\n%s", res)
+}

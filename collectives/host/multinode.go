@@ -35,20 +35,20 @@ type multi struct {
 	w     *ucx.Worker
 	boot  transport.Bootstrap
 
-	calls   uint64   // collectives run: their messages' tags
-	subs    uint64   // calls made on local: their Seq
-	bootOps uint64   // node bootstrap operations: their tags
-	sent    []uint64 // point-to-point messages to each rank
-	rcvd    []uint64 // and from each rank
-	la      collectives.Args
-	ops     []ucx.Op
-	scr     [4][]byte
-	srcs    [][]byte
-	sc      scratch
-	ctx     context.Context // of the Run in progress, for check
-	pol     ucx.WaitPolicy
-	peerOff []atomic.Bool // peers that closed their communicator
-	flatMsg sync.Once
+	calls      uint64   // collectives run: their messages' tags
+	subs       uint64   // calls made on local: their Seq
+	bootOps    uint64   // node bootstrap operations: their tags
+	sent       []uint64 // point-to-point messages to each rank
+	rcvd       []uint64 // and from each rank
+	la         collectives.Args
+	ops        []ucx.Op
+	scr        [4][]byte
+	srcs       [][]byte
+	sc         scratch
+	ctx        context.Context // of the Run in progress, for check
+	pol        ucx.WaitPolicy
+	peerOff    []atomic.Bool // peers that closed their communicator
+	flatLogged bool          // the flat path's reason was logged
 
 	mu      sync.Mutex // one Run at a time; Close waits for it
 	closed  atomic.Bool
@@ -105,7 +105,7 @@ func newMulti(ctx context.Context, b transport.Bootstrap, cfg Config) (collectiv
 	m.pol = ucx.WaitPolicy{Check: m.check, Timeout: rcfg.Timeout, Closed: m.peerClosed, Grace: time.Second}
 	layout := m.describe()
 	if m.w, err = ucx.New(ctx, b, ucx.Load()); err != nil {
-		return nil, fmt.Errorf("host: the ranks span %d nodes (%s); between nodes the host backend runs over UCX: %w",
+		return nil, fmt.Errorf("the ranks span %d nodes (%s); between nodes the host backend runs over UCX: %w",
 			len(m.members), layout, err)
 	}
 	lcfg := cfg

@@ -41,14 +41,13 @@ func (m *multi) run(ctx context.Context, a *collectives.Args) error {
 	// one node: exact integer averages, one rounding of halves.
 	once := a.Coll.Reduces() && (a.Op == collectives.Avg || isHalf(a.Type))
 	hier := m.equal && !once
-	if !hier && a.Coll != collectives.Broadcast && a.Coll != collectives.Reduce {
-		m.flatMsg.Do(func() {
-			why := "an average or a half type (reduced once, in rank order)"
-			if !m.equal {
-				why = "nodes of unequal size"
-			}
-			m.cfg.Logger.Info("goccl host backend: flat path across nodes", "rank", m.rank, "call", a.Coll.String(), "why", why)
-		})
+	if !hier && !m.flatLogged && a.Coll != collectives.Broadcast && a.Coll != collectives.Reduce {
+		m.flatLogged = true
+		why := "an average or a half type (reduced once, in rank order)"
+		if !m.equal {
+			why = "nodes of unequal size"
+		}
+		m.cfg.Logger.Info("goccl host backend: flat path across nodes (logged once)", "rank", m.rank, "call", a.Coll.String(), "why", why)
 	}
 	esz := a.Type.Size()
 	cb := a.Count * esz
