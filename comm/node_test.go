@@ -88,3 +88,47 @@ func TestInitAcrossNodes(t *testing.T) {
 		})
 	}
 }
+
+// Split across fake nodes: the children of ranks 0,2 and 1,3 of a job on
+// nodes {0,1},{2,3} each span both nodes, and their host backends reach
+// across them as the parent's did.
+func TestSplitAcrossNodes(t *testing.T) {
+	if err := ucx.Load(); err != nil {
+		t.Skipf("libucp not available (install libucx0): %v", err)
+	}
+	t.Setenv("UCX_TLS", "tcp,self")
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+	const n = 4
+	errs := make([]error, n)
+	sums := make([][]int64, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			ctx := context.Background()
+			env := map[string]string{"GOCCL_HOSTID": []string{"x", "x", "y", "y"}[r]}
+			c, err := InitRank(ctx, id, n, r, Options{Backend: BackendHost, Env: env, Logger: discardLogger(), Timeout: 30 * time.Second})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer c.Close()
+			child, err := c.Split(ctx, r%2, r, Options{})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer child.Close()
+			sums[r] = make([]int64, 2)
+			errs[r] = AllReduceSlice(ctx, child, []int64{int64(r), 1 << 40}, sums[r], Sum)
+		}(r)
+	}
+	wg.Wait()
+	for r := range n {
+		require.NoError(t, errs[r], "rank %d", r)
+		// Colour 0: ranks 0 and 2; colour 1: ranks 1 and 3.
+		assert.Equal(t, []int64{int64(2*(r%2) + 2), 2 << 40}, sums[r], "rank %d", r)
+	}
+}
