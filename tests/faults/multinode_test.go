@@ -25,7 +25,7 @@ func onFakeNodes(nranks, per int) map[int][]string {
 // SIGKILL one rank of a job on fake nodes of two ranks (the host backend,
 // UCX over TCP between the nodes) while every rank loops on a call: every
 // survivor, on the victim's node and on the others, fails within 10 s
-// naming the dead rank.
+// naming the dead rank, and gives back what it held.
 func TestKillAcrossNodes(t *testing.T) {
 	if err := ucx.Load(); err != nil {
 		t.Skipf("libucp not available (install libucx0): %v", err)
@@ -59,8 +59,12 @@ func TestKillAcrossNodes(t *testing.T) {
 			for _, f := range fs {
 				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
 				assert.Contains(t, rest(f.line, "err"), fmt.Sprintf("rank %d failed", tc.victim), f.line)
-				assert.Equal(t, 1, j.ranks[f.rank].exitCode(t, 15*time.Second))
 				t.Logf("rank %d: %s", f.rank, f.line)
+				// Closing gives back the node's shared memory and UCX's
+				// sockets and descriptors too.
+				leak := j.ranks[f.rank].expect(t, "LEAK", 5*time.Second)
+				assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", leak, "rank %d after Close", f.rank)
+				assert.Equal(t, 1, j.ranks[f.rank].exitCode(t, 15*time.Second))
 			}
 			t.Logf("worst time to error: %v", worst(fs))
 		})
