@@ -43,6 +43,9 @@ type Worker struct {
 	eps     []unsafe.Pointer // eps[rank] is nil
 	state   *C.int8_t        // n endpoint states, C memory: 0 or the failure's status
 	closed  bool
+	// dirty: a wait gave up on ops still in flight; UCX holds them on
+	// their endpoints, which Close must then close forcibly.
+	dirty bool
 }
 
 // Op is a posted send or receive.
@@ -338,6 +341,7 @@ func (wk *Worker) cancel(ops []Op) {
 		if o := &ops[i]; o.req != nil {
 			C.g_free(o.req)
 			o.req = nil
+			wk.dirty = true
 		}
 	}
 }
@@ -346,7 +350,8 @@ func (wk *Worker) cancel(ops []Op) {
 const closeWait = 2 * time.Second
 
 // Close flushes and closes every endpoint (forcibly those whose peer is
-// gone or that do not flush in time) and releases the worker.
+// gone, and all of them after a wait gave up on ops in flight) and
+// releases the worker.
 func (wk *Worker) Close() {
 	if wk.closed {
 		return
@@ -357,8 +362,10 @@ func (wk *Worker) Close() {
 		if ep == nil {
 			continue
 		}
+		// A flush would wait for a dead peer, and UCX may not destroy a
+		// worker whose endpoints still hold requests: those are purged.
 		force := 0
-		if wk.Failed(r) != nil {
+		if wk.dirty || wk.Failed(r) != nil {
 			force = 1
 		}
 		if p := C.g_ep_close(ep, C.int(force)); p != nil && C.g_ptr_status(p) == 0 {
