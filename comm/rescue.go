@@ -72,7 +72,17 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string) (*rescuePoi
 	if rp.ln != nil {
 		addr = rp.ln.Addr().String()
 	}
-	all, err := b.AllGather(ctx, encodeRescueInfo(nodeKey(hostID), addr))
+	key, kerr := nodeKey(hostID)
+	if kerr != nil {
+		// Still take part in the exchange, so that the peers fail with
+		// this rank's reason rather than wait for it.
+		key = "error"
+		rp.why = kerr.Error()
+	}
+	all, err := b.AllGather(ctx, encodeRescueInfo(key, addr))
+	if kerr != nil {
+		return nil, fmt.Errorf("goccl: rank %d: %w", b.rank, kerr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: exchanging rescue addresses: %w", b.rank, err)
 	}
@@ -113,7 +123,7 @@ func rescueMagic(magic uint64) uint64 {
 
 // nodeKey names this machine (topology.LocalNode: GOCCL_HOSTID when set,
 // else hostname and boot id).
-func nodeKey(hostID string) string {
+func nodeKey(hostID string) (string, error) {
 	src := topology.OSNodeSource
 	src.Getenv = func(k string) string {
 		if k == "GOCCL_HOSTID" {
@@ -123,9 +133,9 @@ func nodeKey(hostID string) string {
 	}
 	id, _, err := topology.LocalNode(src)
 	if err != nil {
-		return "unknown"
+		return "", err
 	}
-	return hex.EncodeToString(id[:])
+	return hex.EncodeToString(id[:]), nil
 }
 
 // checkOneNode fails init when the ranks span several machines and the

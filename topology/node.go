@@ -3,7 +3,9 @@ package topology
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 )
@@ -45,10 +47,15 @@ func LocalNode(src NodeSource) (id NodeID, desc string, err error) {
 		return NodeID{}, "", fmt.Errorf("topology: node id: hostname: %w", err)
 	}
 	boot, err := src.ReadFile(bootIDPath)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
 		// Without a boot id the hostname alone decides (some sandboxes
 		// hide /proc/sys): still right unless two machines share a name.
 		return hashNode("host:" + host), "hostname " + host, nil
+	case err != nil:
+		// A passing failure (out of descriptors) must not make this rank
+		// another node than its neighbours, which read the file.
+		return NodeID{}, "", fmt.Errorf("topology: node id: %w", err)
 	}
 	b := strings.TrimSpace(string(boot))
 	return hashNode("host:" + host + "\x00boot:" + b), "hostname " + host + ", boot id " + b, nil
