@@ -1,7 +1,12 @@
 package tests
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/internode/ucx"
+	"github.com/goccl/goccl/tests/twonodes"
 )
 
 // fakeNodes wraps prog so that `goccl run` ranks land on fake nodes of
@@ -90,4 +96,50 @@ func TestAcrossNodesWithoutUCX(t *testing.T) {
 	prog, pargs = fakeNodes(4, conf, args...) // one node of four
 	res = runJob(t, hostEnv("GOCCL_UCX_PATH="+missing), 4, 2*time.Minute, []string{"--tag-output"}, prog, pargs...)
 	require.Equal(t, 0, res.code, "one node must not need UCX:\n%s", res)
+}
+
+// TestConformanceAcrossNamespaces runs tests/conformance on two nodes of
+// two ranks in two network namespaces joined by a veth pair: no loopback
+// between the nodes, UCX over TCP on the link, the bootstrap on rank 0's
+// address on it. Every rank checks every case of the small matrix and of
+// the point-to-point calls.
+func TestConformanceAcrossNamespaces(t *testing.T) {
+	if err := ucx.Load(); err != nil {
+		t.Skipf("libucp not available (install libucx0): %v", err)
+	}
+	nodes := twonodes.New(t)
+	conf := bin(t, "./tests/conformance")
+	for i, args := range [][]string{
+		{"--counts", fmt.Sprintf("0,1,%d", primeCount)},
+		{"--colls", "none", "--counts", "7,4095"},
+	} {
+		const np = 4
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		outs := make([]*bytes.Buffer, np)
+		cmds := make([]*exec.Cmd, np)
+		addr := netip.AddrPortFrom(nodes.Addr[0], uint16(29600+i))
+		for r := range np {
+			cmd := nodes.Command(r/2, conf, append([]string{"--backend", "host"}, args...)...)
+			cmd.Env = append(os.Environ(), "GOCCL_BACKEND=host", "GOCCL_COMM_ID="+addr.String(),
+				"RANK="+strconv.Itoa(r), "WORLD_SIZE=4", "LOCAL_RANK="+strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
+				// Each namespace is its own machine to goccl too.
+				fmt.Sprintf("GOCCL_HOSTID=ns-node-%d", r/2),
+				"UCX_TLS=tcp,self", "UCX_NET_DEVICES="+twonodes.Dev, "GOCCL_DEBUG=INFO")
+			outs[r] = &bytes.Buffer{}
+			cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+			cmd.WaitDelay = 5 * time.Second
+			require.NoError(t, cmd.Start())
+			cmds[r] = cmd
+			go func() { <-ctx.Done(); _ = cmd.Process.Kill() }()
+		}
+		for r, cmd := range cmds {
+			err := cmd.Wait()
+			out := outs[r].String()
+			require.NoError(t, err, "rank %d:\n%s", r, out)
+			assert.Contains(t, out, "goccl host backend across nodes", "rank %d", r)
+			assert.Regexp(t, fmt.Sprintf(`(?m)^conformance: rank %d: [1-9]\d* cases, 0 failed$`, r), out, "rank %d", r)
+		}
+		require.NoError(t, ctx.Err(), "the job hung")
+	}
 }
