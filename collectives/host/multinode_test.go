@@ -1,10 +1,14 @@
 package host
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
@@ -58,5 +62,55 @@ func TestAcrossNodesLarge(t *testing.T) {
 	dts := []collectives.DataType{collectives.Int32, collectives.Float64, collectives.BFloat16}
 	for _, c := range calls(len(nodes), 1<<18+3, dts, []collectives.Op{collectives.Sum, collectives.Avg}) {
 		require.NoError(t, j.verify(c), fmt.Sprint(c))
+	}
+}
+
+// TestAcrossNodesDoesNotAllocate: once warm, calls across nodes allocate
+// nothing per call, on the hierarchical paths and on the flat one.
+func TestAcrossNodesDoesNotAllocate(t *testing.T) {
+	needUCX(t)
+	nodes := []string{"a", "a", "b", "b"}
+	n := len(nodes)
+	j := newJob(t, n, Config{Nodes: nodes})
+	const count = 10000
+	bufs := make([][]byte, n)
+	for r := range bufs {
+		bufs[r] = alloc(n * count * 8)
+	}
+	type call struct {
+		coll collectives.Collective
+		op   collectives.Op
+	}
+	for _, c := range []call{
+		{collectives.AllReduce, collectives.Sum}, {collectives.AllReduce, collectives.Avg},
+		{collectives.ReduceScatter, collectives.Max}, {collectives.AllGather, collectives.Sum},
+		{collectives.Broadcast, collectives.Sum}, {collectives.Reduce, collectives.Sum},
+	} {
+		const iters = 100
+		run := func() {
+			var wg sync.WaitGroup
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					b := bufs[r]
+					a := collectives.Args{Coll: c.coll, Send: addr(b), Recv: addr(b[len(b)/2:]), Count: count / n, Type: collectives.Int32, Op: c.op, Root: 1}
+					for i := 0; i < iters; i++ {
+						if err := j.bes[r].Run(context.Background(), &a); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}(r)
+			}
+			wg.Wait()
+		}
+		run() // warm up: scratch grows once
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		run()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(bufs)
+		assert.Less(t, float64(after.Mallocs-before.Mallocs)/(iters*float64(n)), 0.2, "%s %s: allocations per call", c.coll, c.op)
 	}
 }
