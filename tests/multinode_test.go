@@ -143,3 +143,31 @@ func TestConformanceAcrossNamespaces(t *testing.T) {
 		require.NoError(t, ctx.Err(), "the job hung")
 	}
 }
+
+// TestConformanceUnderMpirun starts the conformance program with Open
+// MPI's mpirun (oversubscribed, on this machine) on two fake nodes of two
+// ranks: goccl reads mpirun's environment, meets through its rendezvous
+// file, and spans the nodes over UCX.
+func TestConformanceUnderMpirun(t *testing.T) {
+	if err := ucx.Load(); err != nil {
+		t.Skipf("libucp not available (install libucx0): %v", err)
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("no mpirun (install openmpi-bin)")
+	}
+	conf := bin(t, "./tests/conformance")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	script := `GOCCL_HOSTID=mpi-node-$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"`
+	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4",
+		"-x", "GOCCL_BACKEND=host", "-x", "UCX_TLS=tcp,self", "-x", "GOCCL_DEBUG=INFO",
+		"sh", "-c", script, conf, "--backend", "host", "--counts", fmt.Sprintf("0,1,%d", primeCount))
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "mpirun:\n%s", out)
+	for r := 0; r < 4; r++ {
+		assert.Regexp(t, fmt.Sprintf(`(?m)^conformance: rank %d: [1-9]\d* cases, 0 failed$`, r), string(out), "rank %d", r)
+		assert.Regexp(t, fmt.Sprintf(`goccl host backend across nodes.* rank=%d .*nodes=2`, r), string(out), "rank %d", r)
+	}
+}
