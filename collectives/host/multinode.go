@@ -221,7 +221,7 @@ func (m *multi) fromUCX(err error) error {
 		sentinel = collectives.ErrTimeout
 	case errors.Is(err, ucx.ErrPeerClosed):
 		sentinel = collectives.ErrPeerClosed
-	case errors.Is(err, ucx.ErrTruncated):
+	case errors.Is(err, ucx.ErrSizeMismatch):
 		sentinel = collectives.ErrInvalidArgument
 	}
 	return &collectives.PeerError{Rank: ue.Rank, Cause: fmt.Errorf("%w: host: rank %d, over UCX: %w", sentinel, m.rank, err)}
@@ -251,7 +251,8 @@ func (m *multi) fail(err error) error {
 	return *m.failure.Load()
 }
 
-// wait completes every posted op.
+// wait completes every posted op. Any failure aborts: ranks whose
+// collectives disagree on sizes are in different calls.
 func (m *multi) wait() error {
 	err := m.w.Wait(m.ops, m.pol)
 	m.ops = m.ops[:0]
@@ -262,6 +263,25 @@ func (m *multi) wait() error {
 		return m.fail(m.fromUCX(err))
 	}
 	return nil
+}
+
+// waitPairs is wait for point-to-point operations: a Send and its Recv
+// that disagree on the size fail the receiver's call (the sender's
+// completes), naming both sizes, and leave the communicator usable
+// (every other operation has completed).
+func (m *multi) waitPairs() error {
+	err := m.w.Wait(m.ops, m.pol)
+	m.ops = m.ops[:0]
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ucx.ErrSizeMismatch):
+		return fmt.Errorf("host: rank %d: %w: %w", m.rank, collectives.ErrInvalidCount, err)
+	}
+	if e := m.failure.Load(); e != nil {
+		return *e
+	}
+	return m.fail(m.fromUCX(err))
 }
 
 // post queues a send (or receive) of buf to (from) peer.

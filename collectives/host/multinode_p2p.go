@@ -65,7 +65,7 @@ func (m *multi) runPairs(ctx context.Context, ops []collectives.P2P) error {
 		s, r := &ops[si], &ops[ri]
 		if s.Bytes() != r.Bytes() || s.Type != r.Type {
 			mismatch = fmt.Errorf("%w: host: rank %d sends itself %d %s but receives %d %s",
-				collectives.ErrInvalidArgument, m.rank, s.Count, s.Type, r.Count, r.Type)
+				collectives.ErrInvalidCount, m.rank, s.Count, s.Type, r.Count, r.Type)
 		} else {
 			copy(hostBytes(r.Buf, r.Bytes()), hostBytes(s.Buf, s.Bytes()))
 		}
@@ -90,8 +90,8 @@ func (m *multi) runPairs(ctx context.Context, ops []collectives.P2P) error {
 			return err
 		}
 	}
-	if err := m.wait(); err != nil {
-		return err
+	if err := m.waitPairs(); err != nil {
+		return errors.Join(mismatch, err)
 	}
 	return mismatch
 }

@@ -114,3 +114,55 @@ func TestAcrossNodesDoesNotAllocate(t *testing.T) {
 		assert.Less(t, float64(after.Mallocs-before.Mallocs)/(iters*float64(n)), 0.2, "%s %s: allocations per call", c.coll, c.op)
 	}
 }
+
+// TestAcrossNodesSendRecvSizeMismatch: a Recv larger or smaller than its
+// Send on another node fails the receiver's group with ErrInvalidCount
+// naming both sizes; the sender's completes, and the next exchange on the
+// pair works.
+func TestAcrossNodesSendRecvSizeMismatch(t *testing.T) {
+	needUCX(t)
+	nodes := []string{"a", "a", "b", "b"}
+	j := newJob(t, len(nodes), Config{Nodes: nodes})
+	for _, recvCount := range []int{12, 8} {
+		src, dst := alloc(64), alloc(64)
+		for i := range src {
+			src[i] = byte(i + 1)
+		}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for k, r := range []int{0, 2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g := &collectives.Group{P2P: []collectives.P2P{{Kind: collectives.SendOp, Peer: 2, Buf: addr(src), Count: 10, Type: collectives.Int32}}}
+				if r == 2 {
+					g.P2P[0] = collectives.P2P{Kind: collectives.RecvOp, Peer: 0, Buf: addr(dst), Count: recvCount, Type: collectives.Int32}
+				}
+				errs[k] = j.bes[r].(collectives.GroupRunner).RunGroup(context.Background(), g)
+			}()
+		}
+		wg.Wait()
+		require.NoError(t, errs[0], "the sender")
+		require.ErrorIs(t, errs[1], collectives.ErrInvalidCount, "the receiver, of %d", recvCount)
+		assert.ErrorContains(t, errs[1], "rank 0 sent")
+		assert.ErrorContains(t, errs[1], fmt.Sprintf("expected %d", recvCount*4))
+
+		// The pair is still usable.
+		clear(dst)
+		wg.Add(2)
+		for k, r := range []int{0, 2} {
+			go func() {
+				defer wg.Done()
+				op := collectives.P2P{Kind: collectives.SendOp, Peer: 2, Buf: addr(src), Count: 10, Type: collectives.Int32}
+				if r == 2 {
+					op = collectives.P2P{Kind: collectives.RecvOp, Peer: 0, Buf: addr(dst), Count: 10, Type: collectives.Int32}
+				}
+				errs[k] = j.bes[r].(collectives.GroupRunner).RunGroup(context.Background(), &collectives.Group{P2P: []collectives.P2P{op}})
+			}()
+		}
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		assert.Equal(t, src[:40], dst[:40])
+	}
+}

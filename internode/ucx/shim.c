@@ -2,6 +2,7 @@
 // parameter structs filled in C so that no UCX header is needed.
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +47,22 @@ typedef struct {
 } gep_params;
 
 typedef struct {
+	uint64_t sender_tag;
+	size_t length;
+} gtag_info;
+
+typedef struct {
 	uint32_t op_attr_mask;
 	uint32_t flags;
-	char reserve[248];
+	void *request;
+	void *cb;
+	uint64_t datatype;
+	void *user_data;
+	void *reply_buffer;
+	int memory_type;
+	gtag_info *tag_info; // the recv_info union, as ucp_tag_recv_nbx reads it
+	void *memh;
+	char reserve[192];
 } greq_param;
 
 typedef struct {
@@ -66,10 +80,19 @@ typedef struct {
 	void *(*tag_send_nbx)(void *, const void *, size_t, uint64_t, const void *);
 	void *(*tag_recv_nbx)(void *, void *, size_t, uint64_t, uint64_t, const void *);
 	gst (*request_check_status)(void *);
+	gst (*tag_recv_request_test)(void *, gtag_info *);
 	void (*request_cancel)(void *, void *);
 	void (*request_free)(void *);
 	const char *(*status_string)(gst);
 } glib;
+
+// Where UCX 1.13 reads what goccl sets (LP64).
+_Static_assert(offsetof(gparams, features) == 8, "ucp_params_t.features");
+_Static_assert(offsetof(gep_params, err_mode) == 16, "ucp_ep_params_t.err_mode");
+_Static_assert(offsetof(gep_params, err_cb) == 24, "ucp_ep_params_t.err_handler.cb");
+_Static_assert(offsetof(gep_params, err_arg) == 32, "ucp_ep_params_t.err_handler.arg");
+_Static_assert(offsetof(greq_param, flags) == 4, "ucp_request_param_t.flags");
+_Static_assert(offsetof(greq_param, tag_info) == 56, "ucp_request_param_t.recv_info");
 
 static glib L;
 
@@ -95,6 +118,7 @@ int g_load(const char *path, char *err, size_t errlen) {
 	SYM(tag_send_nbx, "ucp_tag_send_nbx");
 	SYM(tag_recv_nbx, "ucp_tag_recv_nbx");
 	SYM(request_check_status, "ucp_request_check_status");
+	SYM(tag_recv_request_test, "ucp_tag_recv_request_test");
 	SYM(request_cancel, "ucp_request_cancel");
 	SYM(request_free, "ucp_request_free");
 	SYM(status_string, "ucs_status_string");
@@ -166,10 +190,22 @@ void *g_send(void *ep, uintptr_t buf, size_t n, uint64_t tag) {
 	return L.tag_send_nbx(ep, (const void *)buf, n, tag, &p);
 }
 
+// UCP_OP_ATTR_FLAG_NO_IMM_CMPL: a request even when the message is there
+// already, since only the request tells the received length
+// (g_recv_test).
 void *g_recv(void *w, uintptr_t buf, size_t n, uint64_t tag) {
 	greq_param p;
 	memset(&p, 0, sizeof p);
+	p.op_attr_mask = 1u << 16;
 	return L.tag_recv_nbx(w, (void *)buf, n, tag, ~(uint64_t)0, &p);
+}
+
+int g_recv_test(void *req, size_t *len) {
+	gtag_info info;
+	memset(&info, 0, sizeof info);
+	gst s = L.tag_recv_request_test(req, &info);
+	*len = info.length;
+	return s;
 }
 
 int g_check(void *req) { return L.request_check_status(req); }

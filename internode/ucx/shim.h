@@ -16,6 +16,7 @@ int g_ep(void *w, const void *addr, int8_t *state, void **ep);
 void *g_ep_close(void *ep, int force);
 void *g_send(void *ep, uintptr_t buf, size_t n, uint64_t tag);
 void *g_recv(void *w, uintptr_t buf, size_t n, uint64_t tag);
+int g_recv_test(void *req, size_t *len);
 int g_check(void *req);
 void g_cancel(void *w, void *req);
 void g_free(void *req);

@@ -21,9 +21,6 @@ import (
 // failed (the peer died, or the link to it went down).
 var ErrPeer = errors.New("ucx: peer unreachable")
 
-// ErrTruncated is wrapped when a message is larger than its receive.
-var ErrTruncated = errors.New("ucx: message larger than its receive")
-
 // PeerError names the rank an operation failed with.
 type PeerError struct {
 	Rank  int
@@ -46,6 +43,7 @@ type Worker struct {
 	// dirty: a wait gave up on ops still in flight; UCX holds them on
 	// their endpoints, which Close must then close forcibly.
 	dirty bool
+	got   *C.size_t // C memory for a receive's length (a Go local would escape)
 }
 
 // Op is a posted send or receive.
@@ -53,6 +51,7 @@ type Op struct {
 	req  unsafe.Pointer // nil once complete
 	Peer int
 	recv bool
+	want int // a receive's size
 }
 
 const (
@@ -114,6 +113,7 @@ func New(ctx context.Context, b transport.Bootstrap, loadErr error) (*Worker, er
 
 func (wk *Worker) open() error {
 	wk.state = (*C.int8_t)(C.calloc(C.size_t(wk.n), 1))
+	wk.got = (*C.size_t)(C.calloc(1, C.size_t(unsafe.Sizeof(C.size_t(0)))))
 	if s := C.g_init(minMajor, minMinor, &wk.ctx); s != statusOK {
 		wk.ctx = nil
 		return fmt.Errorf("ucx: ucp_init: %s (UCX_TLS and UCX_NET_DEVICES choose the transports)", statusString(s))
@@ -176,12 +176,28 @@ func (wk *Worker) Send(peer int, tag uint64, buf uintptr, n int) (Op, error) {
 
 // Recv posts a receive of up to n bytes into buf from peer under tag (the
 // tag names the sender: tags are matched exactly).
+//
+// A message of another size than n fails the wait with ErrSizeMismatch
+// naming the sender (after the wait's other ops have finished).
 func (wk *Worker) Recv(peer int, tag uint64, buf uintptr, n int) (Op, error) {
 	p := C.g_recv(wk.w, C.uintptr_t(buf), C.size_t(n), C.uint64_t(tag))
-	if s := C.g_ptr_status(p); s != 0 {
+	if s := C.g_ptr_status(p); s != 0 || p == nil {
 		return Op{}, &PeerError{Rank: peer, Cause: fmt.Errorf("recv: %s", statusString(s))}
 	}
-	return Op{req: p, Peer: peer, recv: true}, nil
+	return Op{req: p, Peer: peer, recv: true, want: n}, nil
+}
+
+// ErrSizeMismatch is wrapped when a message's size is not its receive's.
+var ErrSizeMismatch = errors.New("ucx: message size differs from its receive's")
+
+// sizeError: peer sent got bytes (-1: more than want) where want were
+// expected.
+func (wk *Worker) sizeError(peer, got, want int) error {
+	sent := fmt.Sprintf("%d bytes", got)
+	if got < 0 {
+		sent = fmt.Sprintf("more than %d bytes", want)
+	}
+	return &PeerError{Rank: peer, Cause: fmt.Errorf("%w: rank %d sent %s, rank %d expected %d", ErrSizeMismatch, peer, sent, wk.rank, want)}
 }
 
 // Progress advances the worker once; it reports whether anything moved.
@@ -213,6 +229,7 @@ var ErrPeerClosed = errors.New("ucx: peer closed")
 // caller's again. ops are complete after Wait either way.
 func (wk *Worker) Wait(ops []Op, pol WaitPolicy) error {
 	var start, closedAt time.Time
+	var mismatch error // the first; the other ops still finish
 	idle := 0
 	for polls := 0; ; polls++ {
 		moved := wk.Progress()
@@ -222,7 +239,14 @@ func (wk *Worker) Wait(ops []Op, pol WaitPolicy) error {
 			if o.req == nil {
 				continue
 			}
-			s := C.g_check(o.req)
+			var s C.int
+			got := o.want
+			if o.recv {
+				s = C.g_recv_test(o.req, wk.got)
+				got = int(*wk.got)
+			} else {
+				s = C.g_check(o.req)
+			}
 			if s == statusInProgress {
 				if err := wk.Failed(o.Peer); err != nil {
 					wk.cancel(ops)
@@ -233,14 +257,24 @@ func (wk *Worker) Wait(ops []Op, pol WaitPolicy) error {
 			}
 			C.g_free(o.req)
 			o.req = nil
-			if s != statusOK {
+			switch {
+			case s == statusOK && got == o.want:
+			case s == statusOK || s == statusTruncated:
+				if mismatch == nil {
+					g := got
+					if s == statusTruncated {
+						g = -1
+					}
+					mismatch = wk.sizeError(o.Peer, g, o.want)
+				}
+			default:
 				err := wk.opError(o, s)
 				wk.cancel(ops)
 				return err
 			}
 		}
 		if pending == 0 {
-			return nil
+			return mismatch
 		}
 		if moved {
 			idle = 0
@@ -302,9 +336,6 @@ func (wk *Worker) opError(o *Op, s C.int) error {
 	if o.recv {
 		what = "receive from"
 	}
-	if s == statusTruncated {
-		return &PeerError{Rank: o.Peer, Cause: fmt.Errorf("%s rank %d: %w", what, o.Peer, ErrTruncated)}
-	}
 	return &PeerError{Rank: o.Peer, Cause: fmt.Errorf("%w: %s rank %d: %s", ErrPeer, what, o.Peer, statusString(s))}
 }
 
@@ -346,8 +377,10 @@ func (wk *Worker) cancel(ops []Op) {
 	}
 }
 
-// closeWait bounds how long Close flushes each endpoint.
-const closeWait = 2 * time.Second
+// closeWait bounds how long Close flushes the endpoints: a flush needs
+// the peer to progress, which a peer that closes later, or never, does
+// not; what it had received by then it has.
+const closeWait = time.Second
 
 // Close flushes and closes every endpoint (forcibly those whose peer is
 // gone, and all of them after a wait gave up on ops in flight) and
@@ -403,6 +436,10 @@ func (wk *Worker) Close() {
 	if wk.state != nil {
 		C.free(unsafe.Pointer(wk.state))
 		wk.state = nil
+	}
+	if wk.got != nil {
+		C.free(unsafe.Pointer(wk.got))
+		wk.got = nil
 	}
 }
 

@@ -82,10 +82,20 @@ func TestExchangeEveryPair(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestTruncatedReceiveNamesThePeer: a message larger than its receive
-// fails the wait with ErrTruncated naming the sender.
-func TestTruncatedReceiveNamesThePeer(t *testing.T) {
+// TestSizeMismatchNamesThePeer: a message larger or smaller than its
+// receive fails the wait with ErrSizeMismatch naming the sender and both
+// sizes; the wait's other ops still complete, and the worker stays usable.
+func TestSizeMismatchNamesThePeer(t *testing.T) {
 	needUCX(t)
+	cases := []struct {
+		name       string
+		sent, recv int
+		says       string
+	}{
+		{"larger", 64, 16, "rank 0 sent more than 16 bytes, rank 1 expected 16"},
+		{"smaller", 8, 16, "rank 0 sent 8 bytes, rank 1 expected 16"},
+		{"larger, rendezvous", 1 << 20, 1 << 19, "rank 0 sent more than 524288 bytes"},
+	}
 	g := transporttest.NewGroup(2)
 	err := g.Run(func(rank int, b transport.Bootstrap) error {
 		ctx := context.Background()
@@ -94,22 +104,34 @@ func TestTruncatedReceiveNamesThePeer(t *testing.T) {
 			return err
 		}
 		defer wk.Close()
-		buf := make([]byte, 64)
-		if rank == 0 {
-			op, err := wk.Send(1, 7, addr(buf), 64)
-			require.NoError(t, err)
-			require.NoError(t, wk.Wait([]Op{op}, WaitPolicy{Timeout: 30 * time.Second}))
-		} else {
-			op, err := wk.Recv(0, 7, addr(buf), 16)
-			require.NoError(t, err)
-			err = wk.Wait([]Op{op}, WaitPolicy{Timeout: 30 * time.Second})
-			assert.ErrorIs(t, err, ErrTruncated)
-			var pe *PeerError
-			if assert.ErrorAs(t, err, &pe) {
-				assert.Equal(t, 0, pe.Rank)
+		for k, tc := range cases {
+			buf := make([]byte, max(tc.sent, tc.recv))
+			ok := []byte("fine")
+			okGot := make([]byte, 4)
+			if rank == 0 {
+				s1, err := wk.Send(1, uint64(k)<<1, addr(buf), tc.sent)
+				require.NoError(t, err)
+				s2, err := wk.Send(1, uint64(k)<<1|1, addr(ok), 4)
+				require.NoError(t, err)
+				require.NoError(t, wk.Wait([]Op{s1, s2}, WaitPolicy{Timeout: 30 * time.Second}), tc.name)
+			} else {
+				r1, err := wk.Recv(0, uint64(k)<<1, addr(buf), tc.recv)
+				if err == nil {
+					var r2 Op
+					r2, err = wk.Recv(0, uint64(k)<<1|1, addr(okGot), 4)
+					require.NoError(t, err)
+					err = wk.Wait([]Op{r1, r2}, WaitPolicy{Timeout: 30 * time.Second})
+					assert.Equal(t, "fine", string(okGot), "%s: the other receive completes", tc.name)
+				}
+				assert.ErrorIs(t, err, ErrSizeMismatch, tc.name)
+				var pe *PeerError
+				if assert.ErrorAs(t, err, &pe, tc.name) {
+					assert.Equal(t, 0, pe.Rank, tc.name)
+				}
+				assert.ErrorContains(t, err, tc.says, tc.name)
 			}
 		}
-		return b.Barrier(ctx)
+		return nil
 	})
 	require.NoError(t, err)
 }
