@@ -166,3 +166,31 @@ func TestAcrossNodesSendRecvSizeMismatch(t *testing.T) {
 		assert.Equal(t, src[:40], dst[:40])
 	}
 }
+
+// TestAcrossNodesCountMismatch: nodes that disagree on a collective's
+// count fail it on every rank (ErrInvalidArgument, a peer named) instead
+// of computing on part of a message.
+func TestAcrossNodesCountMismatch(t *testing.T) {
+	needUCX(t)
+	nodes := []string{"a", "a", "b", "b"}
+	n := len(nodes)
+	j := newJob(t, n, Config{Nodes: nodes})
+	args := make([]collectives.Args, n)
+	bufs := make([][]byte, n)
+	for r := range args {
+		count := 10
+		if nodes[r] == "b" {
+			count = 12
+		}
+		bufs[r] = alloc(64)
+		args[r] = collectives.Args{Coll: collectives.AllReduce, Send: addr(bufs[r]), Recv: addr(bufs[r]), Count: count, Type: collectives.Int32, Op: collectives.Sum}
+	}
+	errs := j.run(context.Background(), args)
+	runtime.KeepAlive(bufs)
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		assert.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
+		var pe *collectives.PeerError
+		assert.ErrorAs(t, err, &pe, "rank %d", r)
+	}
+}
