@@ -1,6 +1,3 @@
-// Package twonodes makes two machines on one host for tests: two network
-// namespaces joined by a veth pair, so that neither side's loopback
-// reaches the other and a link between them can be taken down.
 package twonodes
 
 import (
