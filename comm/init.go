@@ -316,8 +316,13 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOneNode(rescue.nodes, spec.rank); err != nil {
-		return nil, err
+	// The host backend spans nodes (shared memory inside each, UCX
+	// between them); the others reach only the ranks of one node.
+	cfg.Nodes = rescue.nodes
+	if name != BackendHost {
+		if err := checkOneNode(rescue.nodes, spec.rank); err != nil {
+			return nil, err
+		}
 	}
 	be, err := factory(ctx, boot, cfg)
 	if err != nil {
@@ -358,7 +363,7 @@ func chooseBackend(set settings) (string, error) {
 func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfig) (collectives.Backend, error) {
 	switch cfg.Name {
 	case BackendHost:
-		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger})
+		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo})
 	}

@@ -75,6 +75,9 @@ type BackendConfig struct {
 	// Timeout bounds a collective's wait for a peer when the user set one
 	// (Options.Timeout or GOCCL_TIMEOUT); 0 leaves the backend's default.
 	Timeout time.Duration
+	// Nodes names every rank's node (equal keys: one machine), as init
+	// learned them; the host backend spans nodes with it.
+	Nodes []string
 }
 
 // BackendFactory builds one rank's backend; it is collective.

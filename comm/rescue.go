@@ -72,11 +72,17 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string) (*rescuePoi
 	if rp.ln != nil {
 		addr = rp.ln.Addr().String()
 	}
-	node, err := nodeKey(hostID)
-	if err != nil {
-		return nil, fmt.Errorf("goccl: rank %d: %w", b.rank, err)
+	key, kerr := nodeKey(hostID)
+	if kerr != nil {
+		// Still take part in the exchange, so that the peers fail with
+		// this rank's reason rather than wait for it.
+		key = "error"
+		rp.why = kerr.Error()
 	}
-	all, err := b.AllGather(ctx, encodeRescueInfo(node, addr))
+	all, err := b.AllGather(ctx, encodeRescueInfo(key, addr))
+	if kerr != nil {
+		return nil, fmt.Errorf("goccl: rank %d: %w", b.rank, kerr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: exchanging rescue addresses: %w", b.rank, err)
 	}
@@ -132,9 +138,10 @@ func nodeKey(hostID string) (string, error) {
 	return hex.EncodeToString(id[:]), nil
 }
 
-// checkOneNode fails init when the ranks span several machines: goccl's
-// transports (shared memory, IPC handles, VMM fds) reach only the ranks of
-// one node, and no engine between nodes is built in.
+// checkOneNode fails init when the ranks span several machines and the
+// backend is not the host one: the GPU transports (IPC handles, VMM fds,
+// NVLS) reach only the ranks of one node, and the GPU backend has no
+// engine between nodes yet.
 func checkOneNode(nodes []string, rank int) error {
 	var ids []topology.NodeID
 	for _, n := range nodes {
@@ -154,7 +161,7 @@ func checkOneNode(nodes []string, rank int) error {
 	for k, g := range groups {
 		parts = append(parts, fmt.Sprintf("node %d (%s): ranks %v", k, ids[g[0]], g))
 	}
-	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); goccl reaches only the ranks of one node (set GOCCL_HOSTID alike on every rank if they do share one machine)",
+	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); this backend reaches only the ranks of one node (the host backend spans nodes over UCX; set GOCCL_HOSTID alike on every rank if they do share one machine)",
 		ErrSpansNodes, rank, len(groups), strings.Join(parts, "; "))
 }
 

@@ -34,6 +34,11 @@ type Config struct {
 	OneShotMax int
 	// Logger receives the backend's diagnostics; nil: slog.Default().
 	Logger *slog.Logger
+	// Nodes names every rank's node (any key, equal for ranks that share
+	// one machine). Ranks on several nodes make the backend use shared
+	// memory inside each node and UCX between them (multinode.go); nil
+	// or one node: shared memory only, and UCX is never loaded.
+	Nodes []string
 }
 
 const (

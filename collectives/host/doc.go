@@ -21,6 +21,17 @@
 // operations all progress together until every one has finished (p2p.go,
 // group.go). A Send returns once its receiver holds the data.
 //
+// Ranks on several nodes (Config.Nodes, which comm fills from every
+// rank's node identity) make the backend two (multinode.go): this
+// shared-memory backend among the ranks of each node, built over a
+// bootstrap of the node's ranks, and internode/ucx between nodes, loaded
+// only then. AllReduce, ReduceScatter and AllGather run hierarchically
+// where the nodes have equal sizes (inside the node, along the rail of
+// one local rank per node over UCX, inside the node again); averages,
+// half types and unequal nodes take a flat path over UCX reduced once in
+// rank order; Broadcast and Reduce go through one rank per node; groups
+// run over UCX. docs/multinode.md has the design.
+//
 // Reductions visit ranks in order on every rank, so results are bitwise
 // identical across ranks. Half types accumulate in float32 and round once;
 // integer averages divide the exact sum (taken in 64 bits; 64-bit types

@@ -52,6 +52,9 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	if n < 1 || rank < 0 || rank >= n {
 		return nil, fmt.Errorf("%w: rank %d of %d", collectives.ErrInvalidArgument, rank, n)
 	}
+	if len(cfg.Nodes) > 0 && spansNodes(cfg.Nodes) {
+		return newMulti(ctx, b, cfg)
+	}
 	cfg, cerr := cfg.resolve(n)
 	mine := agreed(cfg, cerr)
 	all, err := b.AllGather(ctx, mine)
