@@ -1,4 +1,4 @@
-// Package faults holds goccl's reliability scenarios (issue 7, DESIGN §7):
+// Package faults holds goccl's reliability scenarios (DESIGN §7):
 // ranks killed or stopped mid-collective, ranks lost during init, aborts
 // racing waits, hostile bootstrap traffic, mismatched parameters, two jobs
 // side by side, forged fd messages, create/destroy cycles and exhausted
