@@ -78,12 +78,12 @@ var DefaultThresholds = Thresholds{
 	// (docs/perf.md), in bytes of each rank's Count, which for a
 	// ReduceScatter is its output, half of nccl-tests' size at 2 ranks:
 	// the reductions in direct mode (the only one the thresholds take by
-	// default; session 6: AllReduce level at 128 MiB and ahead from 256;
-	// session 9: ReduceScatter behind at an output of 128 MiB, 342
+	// default; AllReduce level at 128 MiB and ahead from 256;
+	// ReduceScatter behind at an output of 128 MiB, 342
 	// against 352 GB/s, ahead from 256 MiB, 364 against 357), Broadcast
-	// through its landing area (session 8: 360 against 356 GB/s at 32
+	// through its landing area (360 against 356 GB/s at 32
 	// MiB, 377 against 362 at 64; behind at 16), AllGather from an input
-	// of 64 MiB, nccl-tests' 128 MiB at 2 ranks (session 9: at an input
+	// of 64 MiB, nccl-tests' 128 MiB at 2 ranks (at an input
 	// of 32 MiB the kernels gave 325-330 against 314-321).
 	CopyEngine: [NumCollectives]int64{Broadcast: 32 << 20, AllGather: 64 << 20, AllReduce: 128 << 20, Reduce: never, ReduceScatter: 256 << 20},
 }

@@ -442,7 +442,7 @@ struct Ctx {
   // publishes the whole block's writes: it is cumulative over what bar.sync
   // ordered before it (the C++ mapping of release stores onto PTX is proven
   // sound), and a fence.sc.sys before it cost 1.4 us per barrier on H200
-  // (docs/perf.md, session 5).
+  // (docs/perf/2xH200-2026-11-30/probes/probe-fence.txt).
   __device__ bool barrier() {
     __shared__ int s_abort;
     if (threadIdx.x == 0) s_abort = 0;

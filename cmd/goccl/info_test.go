@@ -22,7 +22,7 @@ func env(kv ...string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-// ourGPUBox is the environment of the lent GPU machines (DESIGN §8).
+// ourGPUBox is the environment of the project's GPU machines (DESIGN §8).
 var ourGPUBox = env("NCCL_NVLS_ENABLE", "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", "NVSHMEM_DISABLE_NVLS", "1")
 
 func render(t *testing.T, m *topotest.Machine, jsonOut bool, getenv func(string) string) string {

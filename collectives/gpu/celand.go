@@ -25,7 +25,7 @@ import (
 // On 2x H200 that took Broadcast at 128 MiB from 381-382 to 386 GB/s, with
 // 8 MiB slots (2 and 4 MiB slots left the link idle, waiting for ready).
 // AllGather, whose copies run both ways at once, measured slower with a
-// landing area in two sessions (128 MiB in place: 331-339 against 345-358),
+// landing area in every variant tried (128 MiB in place: 331-339 against 345-358),
 // so it keeps the plain handshake.
 //
 // Every rank's workspace holds, after the LL lines, two halves of one

@@ -116,7 +116,7 @@ const (
 	// slotAlign: every default slot starts on a 4 KiB boundary of the
 	// staging, so that no warp's stores straddle more 128-byte lines than
 	// they fill. Slots only 16-byte aligned cost the one-shot 3.5-4% at 4-8
-	// MiB on 2x H200 (docs/perf.md, session 14); 3, 5, 6 and 7 ranks would
+	// MiB on 2x H200; 3, 5, 6 and 7 ranks would
 	// otherwise get them.
 	slotAlign = 4 << 10
 	// The LL kernel's line buffers (kernels/ll.cu): kLLMaxBlocks blocks of
@@ -150,7 +150,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 	// +0.9-3.4 GB/s (medians) at 128 MiB - 1 GiB on 2x H200 against a push
 	// stream forked from it. A ReduceScatter's pushes stay forked: inline
 	// they measured the same from 256 MiB and about 3 GB/s slower at 128
-	// MiB (docs/perf.md, session 10).
+	// MiB.
 	t.ceInline[collectives.AllReduce] = true
 	if maxBlocksCfg > 0 {
 		t.grid = maxBlocksCfg

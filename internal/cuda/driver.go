@@ -107,7 +107,7 @@ type Driver interface {
 	MemSetAccess(ctx Context, p DevicePtr, size uint64, devices []Device) error // read-write for each device
 	MemRetainAllocationHandle(ctx Context, p DevicePtr) (MemHandle, error)
 
-	// Multicast (NVLS). Resolved, never called on the lent GPU machines
+	// Multicast (NVLS). Resolved, never called on the project's GPU machines
 	// (DESIGN §8): transport/nvls guards every call behind its gate.
 	MulticastGetGranularity(prop *MulticastProp, recommended bool) (uint64, error)
 	MulticastCreate(prop *MulticastProp) (MemHandle, error)

@@ -215,7 +215,7 @@ func (driver) MemRetainAllocationHandle(ctx Context, p DevicePtr) (MemHandle, er
 }
 
 // The multicast methods are bound for transport/nvls, which calls them only
-// behind its opt-in gate; they are never exercised on the lent GPU machines
+// behind its opt-in gate; they are never exercised on the project's GPU machines
 // (DESIGN §8).
 
 func (driver) MulticastGetGranularity(prop *MulticastProp, recommended bool) (uint64, error) {

@@ -131,7 +131,7 @@ gcuResult gcu_memUnmap(uintptr_t ctx, unsigned long long p, size_t size);
 gcuResult gcu_memSetAccess(uintptr_t ctx, unsigned long long p, size_t size, const int *devs, int ndev);
 gcuResult gcu_memRetainAllocationHandle(uintptr_t ctx, unsigned long long *h, unsigned long long p);
 
-// Multicast (resolved only; never called on the lent GPU machines).
+// Multicast (resolved only; never called on the project's GPU machines).
 gcuResult gcu_multicastGetGranularity(size_t *g, unsigned int n, size_t size, unsigned long long handleTypes, int recommended);
 gcuResult gcu_multicastCreate(unsigned long long *mc, unsigned int n, size_t size, unsigned long long handleTypes);
 gcuResult gcu_multicastAddDevice(unsigned long long mc, int dev);

@@ -1,4 +1,4 @@
-// Command gpufaults runs issue 7's GPU scenarios on a real GPU machine
+// Command gpufaults runs the reliability scenarios on a real GPU machine
 // (scripts/gpu/suite.sh runs it; it needs no Go there):
 //
 //   - kill: started as 2 ranks by `goccl run -np 2 --grace 60s`, rank 1

@@ -200,7 +200,7 @@ func TestSetupFDPassingFailures(t *testing.T) {
 }
 
 func TestSetupGateClosed(t *testing.T) {
-	lent := func(k string) string { // the lent GPU machines' environment, plus the opt-in
+	lent := func(k string) string { // the project's GPU machines' environment, plus the opt-in
 		return map[string]string{
 			"GOCCL_NVLS_ENABLE": "1", "NCCL_NVLS_ENABLE": "0",
 			"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
