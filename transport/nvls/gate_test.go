@@ -66,9 +66,9 @@ func TestGateCases(t *testing.T) {
 		{"opt-in only", map[string]string{"GOCCL_NVLS_ENABLE": "1"}, true},
 		{"opt-in must be exactly 1", map[string]string{"GOCCL_NVLS_ENABLE": "true"}, false},
 		{"opt-in with spaces", map[string]string{"GOCCL_NVLS_ENABLE": " 1"}, false},
-		{"lent GPU machines", map[string]string{"GOCCL_NVLS_ENABLE": "1", "NCCL_NVLS_ENABLE": "0",
+		{"opt-outs set, opt-in set", map[string]string{"GOCCL_NVLS_ENABLE": "1", "NCCL_NVLS_ENABLE": "0",
 			"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}, false},
-		{"lent GPU machines, no opt-in", map[string]string{"NCCL_NVLS_ENABLE": "0",
+		{"opt-outs set, no opt-in", map[string]string{"NCCL_NVLS_ENABLE": "0",
 			"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}, false},
 		{"NCCL enabled explicitly", map[string]string{"GOCCL_NVLS_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}, true},
 	}

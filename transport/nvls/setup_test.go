@@ -200,7 +200,7 @@ func TestSetupFDPassingFailures(t *testing.T) {
 }
 
 func TestSetupGateClosed(t *testing.T) {
-	lent := func(k string) string { // the project's GPU machines' environment, plus the opt-in
+	optedOut := func(k string) string { // the project's GPU machines' environment, plus the opt-in
 		return map[string]string{
 			"GOCCL_NVLS_ENABLE": "1", "NCCL_NVLS_ENABLE": "0",
 			"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
@@ -212,7 +212,7 @@ func TestSetupGateClosed(t *testing.T) {
 		getenv []func(string) string
 	}{
 		{"closed everywhere", []func(string) string{closed, closed, closed}},
-		{"opt-outs everywhere", []func(string) string{lent, lent, lent}},
+		{"opt-outs everywhere", []func(string) string{optedOut, optedOut, optedOut}},
 		{"closed on rank 1", []func(string) string{openGate, closed, openGate}},
 	}
 	for _, c := range cases {
