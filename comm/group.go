@@ -145,11 +145,8 @@ func (g *Group) Run(ctx context.Context) error {
 	if g.err != nil {
 		return g.err
 	}
-	// A context that ended before the group launches nothing on any of
-	// its communicators, and says so once.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	// A context that has ended launches nothing: each part returns
+	// ctx.Err() once its calls have taken their numbers.
 	switch len(g.parts) {
 	case 0:
 		return nil

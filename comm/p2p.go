@@ -188,13 +188,11 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
-	// Calls every rank makes take numbers; a plain group's Sends and Recvs
-	// are numbered per pair by the backend.
+	// Calls every rank makes take numbers, also when the context has ended
+	// (as Comm.run's do); a plain group's Sends and Recvs are numbered per
+	// pair by the backend.
 	if len(g.Colls) == 0 && g.Kind != collectives.PlainGroup {
 		c.seq++
 		g.Seq = c.seq
@@ -207,6 +205,11 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 		}
 	}
 	c.boot.calls.Store(c.seq)
+	// A context that ended before the call launches nothing and leaves the
+	// communicator usable.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if len(g.Colls) > 0 || g.Kind != collectives.PlainGroup {
 		if err := c.closedBefore(c.seq); err != nil {
 			return c.runFailed(ctx, err)
