@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -495,7 +496,7 @@ func TestRegistrationMustBeSymmetric(t *testing.T) {
 }
 
 func TestRegistrationLookup(t *testing.T) {
-	be := &Backend{}
+	be := &Backend{log: slog.Default()}
 	a := be.track(&registration{base: 0x1000, size: 0x1000})
 	b := be.track(&registration{base: 0x8000, size: 0x100})
 	c := be.track(&registration{base: 0x1800, size: 0x100}) // inside a

@@ -29,6 +29,9 @@ type Config struct {
 	// per block, so fewer blocks get larger slots, up to 128 KiB. Every
 	// rank must use the same value: New checks.
 	MaxBlocks int
+	// Logger receives the backend's messages (nil: slog's default), so
+	// that GOCCL_DEBUG governs them as it does the rest of goccl's.
+	Logger *slog.Logger
 }
 
 // Backend runs collectives as goccl kernels on one device. Run is meant to
@@ -41,6 +44,7 @@ type Backend struct {
 	rank   int
 	nranks int
 	boot   transport.Bootstrap
+	log    *slog.Logger
 
 	mapper    transport.Mapper
 	workspace *transport.Region
@@ -114,7 +118,11 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if tuneErr != nil {
 		tuneErr = fmt.Errorf("gpu backend: %w", tuneErr)
 	}
-	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, tune: tune, forced: forced,
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, log: log, tune: tune, forced: forced,
 		prm: new(params), abortDrain: abortDrain}
 	defer func() {
 		if err != nil {
@@ -178,7 +186,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err = b.Barrier(ctx); err != nil {
 		return nil, fmt.Errorf("gpu backend: init barrier: %w", err)
 	}
-	slog.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
+	be.log.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
 		"transport", name, "algo", string(forced), "staging", staging, "copy_engines", be.ce.ok, "nvls", be.nv.ok)
 	return be, nil
 }
