@@ -162,9 +162,9 @@ func (wk *Worker) Failed(r int) error {
 
 // Rank is this rank's number in the bootstrap.
 func (wk *Worker) Rank() int { return wk.rank }
-func (wk *Worker) Size() int { return wk.n }
 
 // Size is the bootstrap's number of ranks.
+func (wk *Worker) Size() int { return wk.n }
 
 // Send posts n bytes at buf (host memory the caller keeps alive until
 // the op completes) to rank peer under tag.
