@@ -17,18 +17,18 @@ type Backend string
 
 const (
 	BackendAuto Backend = "auto" // gpu when a CUDA device is present
-	BackendHost Backend = "host"
-	BackendGPU  Backend = "gpu"
+	BackendHost Backend = "host" // CPU buffers, the host backend
+	BackendGPU  Backend = "gpu"  // GPU buffers, the GPU backend
 )
 
 // Average is nccl-tests' -a: how per-rank times combine into the reported one.
 type Average int
 
 const (
-	AvgRank0 Average = 0
-	AvgMean  Average = 1
-	AvgMin   Average = 2
-	AvgMax   Average = 3
+	AvgRank0 Average = 0 // rank 0's time
+	AvgMean  Average = 1 // the mean over ranks (the default)
+	AvgMin   Average = 2 // the fastest rank's time
+	AvgMax   Average = 3 // the slowest rank's time
 )
 
 // Config is a parsed `goccl bench` command line.

@@ -70,6 +70,7 @@ func writeHeader(w io.Writer, c *Config, devs []DeviceLine) {
 		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
 }
 
+// String gives nccl-tests' "#  Rank ... device ..." line.
 func (d DeviceLine) String() string {
 	bus := d.BusID
 	if bus == "" {

@@ -23,6 +23,7 @@ const (
 
 var p2pTestNames = [...]string{"", "sendrecv", "alltoall", "gather", "scatter"}
 
+// String gives the nccl-tests-style name ("sendrecv", "alltoall", ...).
 func (t P2PTest) String() string {
 	if t > NoP2P && int(t) < len(p2pTestNames) {
 		return p2pTestNames[t]

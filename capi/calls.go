@@ -31,6 +31,9 @@ var callNames = [...]string{
 // timeouts and aborts end their waits.
 var bg = context.Background()
 
+// goccl_call runs one collective or Send/Recv for the C shim, or records it
+// in group gid when gid is not 0.
+//
 //export goccl_call
 func goccl_call(gid C.uint64_t, kind C.int, send, recv C.uintptr_t, n C.size_t, dt, op, root C.int, hc, stream C.uintptr_t) C.int {
 	fn := callNames[kind]
@@ -103,6 +106,9 @@ type group struct {
 
 var groups = registry[group]{tag: 0}
 
+// goccl_group_new starts a thread's ncclGroupStart/End group and gives its
+// id.
+//
 //export goccl_group_new
 func goccl_group_new() C.uint64_t {
 	return C.uint64_t(groups.add(&group{g: comm.NewGroup()}))
@@ -194,6 +200,10 @@ func (g *group) record(kind C.int, c *comm.Comm, s, r uintptr, n int, dt comm.Da
 	return nil
 }
 
+// goccl_group_end is ncclGroupEnd: it waits for the group's inits and
+// windows, then runs its calls; with simulate (ncclGroupSimulateEnd) it
+// drops them.
+//
 //export goccl_group_end
 func goccl_group_end(gid C.uint64_t, simulate C.int) C.int {
 	const fn = "ncclGroupEnd"

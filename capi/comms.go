@@ -98,6 +98,8 @@ func lookup(fn string, hc C.uintptr_t) (*commHandle, *comm.Comm, C.int) {
 	return h, h.c, ncclSuccess
 }
 
+// goccl_get_unique_id is ncclGetUniqueId: a fresh id into out.
+//
 //export goccl_get_unique_id
 func goccl_get_unique_id(out *C.char) C.int {
 	id, err := comm.NewUniqueID()
@@ -119,6 +121,9 @@ func opts(dev int) comm.Options {
 	return o
 }
 
+// goccl_comm_init is ncclCommInitRank and its variants (fnC names which):
+// rank's communicator of nranks from the first of the ids.
+//
 //export goccl_comm_init
 func goccl_comm_init(fnC *C.char, out *C.uintptr_t, nranks C.int, ids *C.char, nid C.int, rank C.int, dev C.int, blocking C.int, gid C.uint64_t) C.int {
 	fn := C.GoString(fnC)
@@ -180,6 +185,9 @@ func settle(fn string, h *commHandle, hv uintptr, out *C.uintptr_t, gid C.uint64
 	return ncclSuccess
 }
 
+// goccl_comm_init_all is ncclCommInitAll: one communicator per device of
+// devlist (0..ndev-1 when NULL), formed in this process.
+//
 //export goccl_comm_init_all
 func goccl_comm_init_all(out *C.uintptr_t, ndev C.int, devlist *C.int) C.int {
 	const fn = "ncclCommInitAll"
@@ -226,6 +234,9 @@ func parentOf(fn string, hc C.uintptr_t) (*commHandle, *comm.Comm, C.int) {
 	return h, c, ncclSuccess
 }
 
+// goccl_comm_split is ncclCommSplit: a child of the ranks that give the same
+// color, ordered by key.
+//
 //export goccl_comm_split
 func goccl_comm_split(hc C.uintptr_t, color, key C.int, out *C.uintptr_t, blocking C.int, gid C.uint64_t) C.int {
 	const fn = "ncclCommSplit"
@@ -263,6 +274,9 @@ func goccl_comm_split(hc C.uintptr_t, color, key C.int, out *C.uintptr_t, blocki
 	return settle(fn, h, hv, out, gid)
 }
 
+// goccl_comm_shrink is ncclCommShrink: a child without the excluded ranks;
+// flags 1 (NCCL_SHRINK_ABORT) aborts the parent first.
+//
 //export goccl_comm_shrink
 func goccl_comm_shrink(hc C.uintptr_t, exclude *C.int, nexclude C.int, out *C.uintptr_t, blocking, flags C.int, gid C.uint64_t) C.int {
 	const fn = "ncclCommShrink"
@@ -298,6 +312,9 @@ func goccl_comm_shrink(hc C.uintptr_t, exclude *C.int, nexclude C.int, out *C.ui
 	return settle(fn, nh, hv, out, gid)
 }
 
+// goccl_comm_finalize is ncclCommFinalize: it releases the communicator
+// (goccl's Close waits for the peers); destroy then frees the handle.
+//
 //export goccl_comm_finalize
 func goccl_comm_finalize(hc C.uintptr_t) C.int {
 	const fn = "ncclCommFinalize"
@@ -314,6 +331,10 @@ func goccl_comm_finalize(hc C.uintptr_t) C.int {
 	return ncclSuccess
 }
 
+// goccl_comm_destroy is ncclCommDestroy, or ncclCommAbort when abort is not
+// 0 (an init in progress is cancelled and the communicator aborted first):
+// it releases the communicator and frees the handle.
+//
 //export goccl_comm_destroy
 func goccl_comm_destroy(hc C.uintptr_t, abort C.int) C.int {
 	fn := "ncclCommDestroy"
@@ -338,6 +359,9 @@ func goccl_comm_destroy(hc C.uintptr_t, abort C.int) C.int {
 	return ncclSuccess
 }
 
+// goccl_comm_async_error is ncclCommGetAsyncError: ncclInProgress while the
+// init runs, then the init's or the communicator's error.
+//
 //export goccl_comm_async_error
 func goccl_comm_async_error(hc C.uintptr_t, out *C.int) C.int {
 	const fn = "ncclCommGetAsyncError"
@@ -362,6 +386,9 @@ func goccl_comm_async_error(hc C.uintptr_t, out *C.int) C.int {
 	return ncclSuccess
 }
 
+// goccl_comm_query answers ncclCommCount, ncclCommCuDevice and
+// ncclCommUserRank (fnC names which).
+//
 //export goccl_comm_query
 func goccl_comm_query(fnC *C.char, hc C.uintptr_t, what C.int, out *C.int) C.int {
 	h, c, code := lookup(C.GoString(fnC), hc)

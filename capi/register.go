@@ -45,6 +45,9 @@ func lookupRegion(fn string, hc, buf C.uintptr_t, size C.size_t) (*commHandle, *
 	return h, c, ncclSuccess
 }
 
+// goccl_register is ncclCommRegister: a handle only, nothing is registered
+// with the communicator.
+//
 //export goccl_register
 func goccl_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t) C.int {
 	const fn = "ncclCommRegister"
@@ -55,6 +58,8 @@ func goccl_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t) C.int 
 	return ncclSuccess
 }
 
+// goccl_deregister is ncclCommDeregister: it frees a goccl_register handle.
+//
 //export goccl_deregister
 func goccl_deregister(hc, handle C.uintptr_t) C.int {
 	const fn = "ncclCommDeregister"
@@ -80,6 +85,9 @@ type winHandle struct {
 
 var windows = registry[winHandle]{tag: tagWindow}
 
+// goccl_window_register is ncclCommWindowRegister: a collective Register of
+// the buffer, awaited by the group's end inside a group.
+//
 //export goccl_window_register
 func goccl_window_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t, gid C.uint64_t) C.int {
 	const fn = "ncclCommWindowRegister"
@@ -123,6 +131,9 @@ func goccl_window_register(hc, buf C.uintptr_t, size C.size_t, out *C.uintptr_t,
 	return ncclSuccess
 }
 
+// goccl_window_deregister is ncclCommWindowDeregister: it waits for the
+// registration and releases it.
+//
 //export goccl_window_deregister
 func goccl_window_deregister(hc, win C.uintptr_t) C.int {
 	const fn = "ncclCommWindowDeregister"

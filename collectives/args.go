@@ -48,6 +48,7 @@ func (a *Args) SendBytes(nranks int) int {
 	return n
 }
 
+// RecvBytes is the size of the receive buffer; AllGather's holds nranks blocks.
 func (a *Args) RecvBytes(nranks int) int {
 	n := a.Count * a.Type.Size()
 	if a.Coll == AllGather {

@@ -8,15 +8,15 @@ import (
 // Sentinel errors; every error goccl returns for bad arguments wraps one of
 // these (test with errors.Is) together with ErrInvalidArgument.
 var (
-	ErrInvalidArgument   = errors.New("goccl: invalid argument")
-	ErrUnknownDataType   = wrapInvalid("unknown datatype")
-	ErrUnknownOp         = wrapInvalid("unknown reduction op")
-	ErrUnknownCollective = wrapInvalid("unknown collective")
-	ErrInvalidCount      = wrapInvalid("invalid count")
-	ErrInvalidRoot       = wrapInvalid("invalid root")
-	ErrNilPointer        = wrapInvalid("nil buffer")
-	ErrMisaligned        = wrapInvalid("misaligned buffer")
-	ErrInvalidPeer       = wrapInvalid("invalid peer")
+	ErrInvalidArgument   = errors.New("goccl: invalid argument") // wrapped by every bad-argument error
+	ErrUnknownDataType   = wrapInvalid("unknown datatype")       // a DataType outside the enum
+	ErrUnknownOp         = wrapInvalid("unknown reduction op")   // an Op outside the enum
+	ErrUnknownCollective = wrapInvalid("unknown collective")     // a Collective outside the enum
+	ErrInvalidCount      = wrapInvalid("invalid count")          // a negative count, or one whose bytes overflow
+	ErrInvalidRoot       = wrapInvalid("invalid root")           // a root outside [0, nranks)
+	ErrNilPointer        = wrapInvalid("nil buffer")             // a zero address for a buffer the call reads or writes
+	ErrMisaligned        = wrapInvalid("misaligned buffer")      // a buffer not aligned to its element size
+	ErrInvalidPeer       = wrapInvalid("invalid peer")           // a peer outside [0, nranks)
 
 	// ErrAborted is returned by every call on a communicator after Abort,
 	// wrapped with the reason (see PeerError).
@@ -48,7 +48,10 @@ type PeerError struct {
 	Cause error
 }
 
+// Error gives the failed rank and the cause.
 func (e *PeerError) Error() string {
 	return "goccl: rank " + strconv.Itoa(e.Rank) + " failed: " + e.Cause.Error()
 }
+
+// Unwrap gives the cause.
 func (e *PeerError) Unwrap() error { return e.Cause }

@@ -9,10 +9,11 @@ import (
 type P2PKind uint8
 
 const (
-	SendOp P2PKind = iota
-	RecvOp
+	SendOp P2PKind = iota // this rank sends Buf to Peer
+	RecvOp                // this rank receives from Peer into Buf
 )
 
+// String gives "Send" or "Recv".
 func (k P2PKind) String() string {
 	if k == SendOp {
 		return "Send"
@@ -104,6 +105,7 @@ const (
 
 var groupKindNames = [...]string{"Group", "AllToAll", "AllToAllv", "Gather", "Scatter"}
 
+// String gives the group's name ("Group", "AllToAll", ...).
 func (k GroupKind) String() string {
 	if int(k) < len(groupKindNames) {
 		return groupKindNames[k]

@@ -10,16 +10,16 @@ import (
 type DataType int32
 
 const (
-	Int8         DataType = 0
-	Uint8        DataType = 1
-	Int32        DataType = 2
-	Uint32       DataType = 3
-	Int64        DataType = 4
-	Uint64       DataType = 5
-	Float16      DataType = 6
-	Float32      DataType = 7
-	Float64      DataType = 8
-	BFloat16     DataType = 9
+	Int8         DataType = 0 // signed 8-bit integer
+	Uint8        DataType = 1 // unsigned 8-bit integer
+	Int32        DataType = 2 // signed 32-bit integer
+	Uint32       DataType = 3 // unsigned 32-bit integer
+	Int64        DataType = 4 // signed 64-bit integer
+	Uint64       DataType = 5 // unsigned 64-bit integer
+	Float16      DataType = 6 // IEEE 754 half precision
+	Float32      DataType = 7 // IEEE 754 single precision
+	Float64      DataType = 8 // IEEE 754 double precision
+	BFloat16     DataType = 9 // bfloat16: float32's exponent, 7-bit mantissa
 	numDataTypes          = 10
 )
 
@@ -96,11 +96,11 @@ func ParseDataType(s string) (DataType, error) {
 type Op int32
 
 const (
-	Sum    Op = 0
-	Prod   Op = 1
-	Max    Op = 2
-	Min    Op = 3
-	Avg    Op = 4
+	Sum    Op = 0 // element-wise sum
+	Prod   Op = 1 // element-wise product
+	Max    Op = 2 // element-wise maximum
+	Min    Op = 3 // element-wise minimum
+	Avg    Op = 4 // sum divided by the number of ranks
 	numOps    = 5
 )
 
@@ -112,6 +112,7 @@ func AllOps() []Op { return []Op{Sum, Prod, Max, Min, Avg} }
 // Valid reports whether o is a supported operator.
 func (o Op) Valid() bool { return o >= 0 && o < numOps }
 
+// String gives nccl-tests' spelling ("sum", "prod", ...).
 func (o Op) String() string {
 	if !o.Valid() {
 		return fmt.Sprintf("Op(%d)", int32(o))
@@ -133,11 +134,11 @@ func ParseOp(s string) (Op, error) {
 type Collective int32
 
 const (
-	AllReduce Collective = iota
-	Broadcast
-	Reduce
-	AllGather
-	ReduceScatter
+	AllReduce     Collective = iota // every rank gets the reduction of all ranks' buffers
+	Broadcast                       // every rank gets root's buffer
+	Reduce                          // root gets the reduction of all ranks' buffers
+	AllGather                       // every rank gets all ranks' buffers, in rank order
+	ReduceScatter                   // rank r gets block r of the reduction
 	numCollectives
 )
 
@@ -151,6 +152,7 @@ func AllCollectives() []Collective {
 	return []Collective{AllReduce, Broadcast, Reduce, AllGather, ReduceScatter}
 }
 
+// Valid reports whether c is a known collective.
 func (c Collective) Valid() bool { return c >= 0 && c < numCollectives }
 
 // String gives nccl-tests' binary stem ("all_reduce", ...).

@@ -23,13 +23,13 @@ var ErrSpansNodes = errors.New("goccl: ranks on more than one node")
 // Errors of the collectives package re-exported so that users import only
 // comm.
 var (
-	ErrInvalidArgument = collectives.ErrInvalidArgument
-	ErrAborted         = collectives.ErrAborted
-	ErrClosed          = collectives.ErrClosed
-	ErrTimeout         = collectives.ErrTimeout
-	ErrInvalidPeer     = collectives.ErrInvalidPeer
-	ErrCallMismatch    = collectives.ErrCallMismatch
-	ErrPeerClosed      = collectives.ErrPeerClosed
+	ErrInvalidArgument = collectives.ErrInvalidArgument // see collectives.ErrInvalidArgument
+	ErrAborted         = collectives.ErrAborted         // see collectives.ErrAborted
+	ErrClosed          = collectives.ErrClosed          // see collectives.ErrClosed
+	ErrTimeout         = collectives.ErrTimeout         // see collectives.ErrTimeout
+	ErrInvalidPeer     = collectives.ErrInvalidPeer     // see collectives.ErrInvalidPeer
+	ErrCallMismatch    = collectives.ErrCallMismatch    // see collectives.ErrCallMismatch
+	ErrPeerClosed      = collectives.ErrPeerClosed      // see collectives.ErrPeerClosed
 )
 
 // PeerError says which rank failed and why.

@@ -15,15 +15,15 @@ import (
 
 // Backend names.
 const (
-	BackendAuto = "auto"
-	BackendHost = "host"
-	BackendGPU  = "gpu"
+	BackendAuto = "auto" // gpu when a CUDA driver loads and sees devices, else host
+	BackendHost = "host" // CPU buffers over shared memory
+	BackendGPU  = "gpu"  // GPU buffers, goccl's CUDA kernels
 )
 
 // Defaults.
 const (
-	DefaultTimeout           = 60 * time.Second
-	DefaultHeartbeatInterval = time.Second
+	DefaultTimeout           = 60 * time.Second // Options.Timeout when unset
+	DefaultHeartbeatInterval = time.Second      // Options.HeartbeatInterval when unset
 	// heartbeatMisses heartbeats missed in a row mean the peer is gone.
 	heartbeatMisses = 5
 )

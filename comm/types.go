@@ -5,27 +5,28 @@ import "github.com/goccl/goccl/collectives"
 // Types and constants of the collectives package, re-exported so that
 // users import only comm.
 type (
-	DataType     = collectives.DataType
-	Op           = collectives.Op
-	Collective   = collectives.Collective
-	Registration = collectives.Registration
+	DataType     = collectives.DataType     // element type
+	Op           = collectives.Op           // reduction operator
+	Collective   = collectives.Collective   // operation
+	Registration = collectives.Registration // registered buffer
 )
 
+// Element types and reduction operators of the collectives package.
 const (
-	Int8     = collectives.Int8
-	Uint8    = collectives.Uint8
-	Int32    = collectives.Int32
-	Uint32   = collectives.Uint32
-	Int64    = collectives.Int64
-	Uint64   = collectives.Uint64
-	Float16  = collectives.Float16
-	Float32  = collectives.Float32
-	Float64  = collectives.Float64
-	BFloat16 = collectives.BFloat16
+	Int8     = collectives.Int8     // signed 8-bit integer
+	Uint8    = collectives.Uint8    // unsigned 8-bit integer
+	Int32    = collectives.Int32    // signed 32-bit integer
+	Uint32   = collectives.Uint32   // unsigned 32-bit integer
+	Int64    = collectives.Int64    // signed 64-bit integer
+	Uint64   = collectives.Uint64   // unsigned 64-bit integer
+	Float16  = collectives.Float16  // IEEE 754 half precision
+	Float32  = collectives.Float32  // IEEE 754 single precision
+	Float64  = collectives.Float64  // IEEE 754 double precision
+	BFloat16 = collectives.BFloat16 // bfloat16: float32's exponent, 7-bit mantissa
 
-	Sum  = collectives.Sum
-	Prod = collectives.Prod
-	Max  = collectives.Max
-	Min  = collectives.Min
-	Avg  = collectives.Avg
+	Sum  = collectives.Sum  // element-wise sum
+	Prod = collectives.Prod // element-wise product
+	Max  = collectives.Max  // element-wise maximum
+	Min  = collectives.Min  // element-wise minimum
+	Avg  = collectives.Avg  // sum divided by the number of ranks
 )

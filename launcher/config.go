@@ -10,7 +10,7 @@ import (
 
 // Defaults.
 const (
-	DefaultGrace = 10 * time.Second
+	DefaultGrace = 10 * time.Second // SIGTERM to SIGKILL when Config.Grace is 0
 	// MaxRanks bounds -np: one node's ranks, with room to spare.
 	MaxRanks = 1024
 )

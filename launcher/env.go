@@ -11,14 +11,14 @@ import (
 
 // Names of the environment contract between the launcher and comm.
 const (
-	EnvMasterAddr     = "MASTER_ADDR"
-	EnvMasterPort     = "MASTER_PORT"
-	EnvRank           = "RANK"
-	EnvWorldSize      = "WORLD_SIZE"
-	EnvLocalRank      = "LOCAL_RANK"
-	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
-	EnvCommID         = "GOCCL_COMM_ID"
-	EnvJobToken       = "GOCCL_JOB_TOKEN"
+	EnvMasterAddr     = "MASTER_ADDR"      // the rendezvous host
+	EnvMasterPort     = "MASTER_PORT"      // the rendezvous port
+	EnvRank           = "RANK"             // this rank's number
+	EnvWorldSize      = "WORLD_SIZE"       // the job's number of ranks
+	EnvLocalRank      = "LOCAL_RANK"       // the rank's number on its node
+	EnvLocalWorldSize = "LOCAL_WORLD_SIZE" // the number of ranks on the node
+	EnvCommID         = "GOCCL_COMM_ID"    // host:port of the rendezvous
+	EnvJobToken       = "GOCCL_JOB_TOKEN"  // the job's secret, 32 hex characters
 )
 
 // foreignIdentity lists other launchers' rank variables. A rank started by

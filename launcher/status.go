@@ -82,6 +82,7 @@ type RankError struct {
 	Status RankStatus
 }
 
+// Error names the rank and how it failed.
 func (e *RankError) Error() string {
 	return fmt.Sprintf("rank %d %s", e.Status.Rank, e.Status.Describe())
 }

@@ -11,24 +11,25 @@ import (
 type Kind uint8
 
 const (
-	AllReduce Kind = iota
-	Broadcast
-	Reduce
-	AllGather
-	ReduceScatter
-	Send
-	Recv
-	Group // an application's group of calls
-	AllToAll
-	AllToAllv
-	Gather
-	Scatter
+	AllReduce     Kind = iota // collectives.AllReduce
+	Broadcast                 // collectives.Broadcast
+	Reduce                    // collectives.Reduce
+	AllGather                 // collectives.AllGather
+	ReduceScatter             // collectives.ReduceScatter
+	Send                      // a group of one Send
+	Recv                      // a group of one Recv
+	Group                     // an application's group of calls
+	AllToAll                  // Comm.AllToAll's group
+	AllToAllv                 // Comm.AllToAllv's group
+	Gather                    // Comm.Gather's group
+	Scatter                   // Comm.Scatter's group
 	numKinds
 )
 
 var kindNames = [numKinds]string{"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
 	"Send", "Recv", "Group", "AllToAll", "AllToAllv", "Gather", "Scatter"}
 
+// String gives the kind's name ("AllReduce", "Send", ...).
 func (k Kind) String() string {
 	if k < numKinds {
 		return kindNames[k]
@@ -56,13 +57,14 @@ type State uint8
 const (
 	Empty    State = iota // an unused slot
 	Enqueued              // handed to the device, not known to have started
-	Started
-	Finished
-	Failed
+	Started               // running
+	Finished              // returned without error
+	Failed                // returned an error
 )
 
 var stateNames = [...]string{"empty", "enqueued", "started", "finished", "failed"}
 
+// String gives the state's name ("started", ...).
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]

@@ -74,11 +74,11 @@ type Fabric struct {
 type LinkKind string
 
 const (
-	LinkSelf     LinkKind = "self"
+	LinkSelf     LinkKind = "self"     // the GPU itself
 	LinkNVLink   LinkKind = "nvlink"   // direct NVLinks between the two
 	LinkNVSwitch LinkKind = "nvswitch" // both GPUs' NVLinks end at NVSwitches
-	LinkPCIe     LinkKind = "pcie"
-	LinkUnknown  LinkKind = "unknown" // no NVML to tell
+	LinkPCIe     LinkKind = "pcie"     // no NVLink path: PCIe (or the CPU interconnect)
+	LinkUnknown  LinkKind = "unknown"  // no NVML to tell
 )
 
 // PathLevel is nvidia-smi topo -m's PCIe path class.

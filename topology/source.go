@@ -31,7 +31,14 @@ type StaticSource struct {
 	HostCPU   CPU
 }
 
+// CUDA gives Driver and DriverErr.
 func (s StaticSource) CUDA() (cuda.Driver, error) { return s.Driver, s.DriverErr }
-func (s StaticSource) NVML() (nvml.Lib, error)    { return s.Lib, s.LibErr }
-func (s StaticSource) SysfsRoot() string          { return s.Sysfs }
-func (s StaticSource) CPU() CPU                   { return s.HostCPU }
+
+// NVML gives Lib and LibErr.
+func (s StaticSource) NVML() (nvml.Lib, error) { return s.Lib, s.LibErr }
+
+// SysfsRoot gives Sysfs.
+func (s StaticSource) SysfsRoot() string { return s.Sysfs }
+
+// CPU gives HostCPU.
+func (s StaticSource) CPU() CPU { return s.HostCPU }

@@ -24,6 +24,7 @@ type StepError struct {
 	Err       error
 }
 
+// Error names the transport, rank, step and (when there is one) peer.
 func (e *StepError) Error() string {
 	if e.Peer >= 0 {
 		return fmt.Sprintf("%s: rank %d: %s (peer %d): %v", e.Transport, e.Rank, e.Step, e.Peer, e.Err)
@@ -31,6 +32,7 @@ func (e *StepError) Error() string {
 	return fmt.Sprintf("%s: rank %d: %s: %v", e.Transport, e.Rank, e.Step, e.Err)
 }
 
+// Unwrap gives Err.
 func (e *StepError) Unwrap() error { return e.Err }
 
 // Agree is the collective status check after each step that may fail on

@@ -151,8 +151,13 @@ type Adapter struct {
 	g *comm.Group // reused by Group: no allocation per call
 }
 
-func (a Adapter) Rank() int                      { return a.C.Rank() }
-func (a Adapter) Size() int                      { return a.C.Size() }
+// Rank is the communicator's rank.
+func (a Adapter) Rank() int { return a.C.Rank() }
+
+// Size is the communicator's number of ranks.
+func (a Adapter) Size() int { return a.C.Size() }
+
+// Bootstrap is the communicator's bootstrap.
 func (a Adapter) Bootstrap() transport.Bootstrap { return a.C.Bootstrap() }
 
 // Run dispatches to the collective's method.
@@ -210,18 +215,22 @@ func (a Adapter) Group(ctx context.Context, ops []collectives.P2P) error {
 	return g.Run(ctx)
 }
 
+// AllToAll calls Comm.AllToAll.
 func (a Adapter) AllToAll(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, stream uintptr) error {
 	return a.C.AllToAll(ctx, send, recv, count, dt, stream)
 }
 
+// AllToAllv calls Comm.AllToAllv.
 func (a Adapter) AllToAllv(ctx context.Context, send uintptr, sendCounts, sendDispls []int, recv uintptr, recvCounts, recvDispls []int, dt collectives.DataType, stream uintptr) error {
 	return a.C.AllToAllv(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls, dt, stream)
 }
 
+// Gather calls Comm.Gather.
 func (a Adapter) Gather(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, stream uintptr) error {
 	return a.C.Gather(ctx, send, recv, count, dt, root, stream)
 }
 
+// Scatter calls Comm.Scatter.
 func (a Adapter) Scatter(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, stream uintptr) error {
 	return a.C.Scatter(ctx, send, recv, count, dt, root, stream)
 }

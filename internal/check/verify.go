@@ -23,6 +23,7 @@ type Mismatch struct {
 	Tol       float64
 }
 
+// String gives "[index] got X want Y", with the tolerance when there is one.
 func (m Mismatch) String() string {
 	s := fmt.Sprintf("[%d] got %s want %s", m.Index, m.Got, m.Want)
 	if m.Tol > 0 {
@@ -41,6 +42,7 @@ type Result struct {
 // OK reports whether every element was right.
 func (r Result) OK() bool { return r.Wrong == 0 }
 
+// String summarises the result and lists the first mismatches.
 func (r Result) String() string {
 	if r.OK() {
 		return fmt.Sprintf("%d elements ok", r.Checked)

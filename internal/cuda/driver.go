@@ -5,18 +5,18 @@ import "unsafe"
 // Handles are the driver's opaque values carried as plain integers so that
 // they cross cgo and the public API without Go pointers.
 type (
-	Device         int32   // CUdevice
-	Context        uintptr // CUcontext
-	Stream         uintptr // CUstream; 0 is the legacy default stream
-	Event          uintptr // CUevent
-	Module         uintptr // CUmodule
-	Function       uintptr // CUfunction
-	DevicePtr      uintptr // CUdeviceptr
-	Graph          uintptr // CUgraph
-	GraphExec      uintptr // CUgraphExec
-	MemHandle      uint64  // CUmemGenericAllocationHandle
-	IpcMemHandle   [64]byte
-	IpcEventHandle [64]byte
+	Device         int32    // CUdevice
+	Context        uintptr  // CUcontext
+	Stream         uintptr  // CUstream; 0 is the legacy default stream
+	Event          uintptr  // CUevent
+	Module         uintptr  // CUmodule
+	Function       uintptr  // CUfunction
+	DevicePtr      uintptr  // CUdeviceptr
+	Graph          uintptr  // CUgraph
+	GraphExec      uintptr  // CUgraphExec
+	MemHandle      uint64   // CUmemGenericAllocationHandle
+	IpcMemHandle   [64]byte // CUipcMemHandle
+	IpcEventHandle [64]byte // CUipcEventHandle
 )
 
 // Dim3 is a grid or block shape.
@@ -157,73 +157,73 @@ type MulticastProp struct {
 type HandleType uint32
 
 const (
-	HandleNone     HandleType = 0
-	HandlePosixFD  HandleType = 0x1
-	HandleWin32    HandleType = 0x2
-	HandleWin32KMT HandleType = 0x4
-	HandleFabric   HandleType = 0x8
+	HandleNone     HandleType = 0   // CU_MEM_HANDLE_TYPE_NONE
+	HandlePosixFD  HandleType = 0x1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	HandleWin32    HandleType = 0x2 // CU_MEM_HANDLE_TYPE_WIN32
+	HandleWin32KMT HandleType = 0x4 // CU_MEM_HANDLE_TYPE_WIN32_KMT
+	HandleFabric   HandleType = 0x8 // CU_MEM_HANDLE_TYPE_FABRIC
 )
 
 // CaptureMode is CUstreamCaptureMode.
 type CaptureMode uint32
 
 const (
-	CaptureGlobal      CaptureMode = 0
-	CaptureThreadLocal CaptureMode = 1
-	CaptureRelaxed     CaptureMode = 2
+	CaptureGlobal      CaptureMode = 0 // CU_STREAM_CAPTURE_MODE_GLOBAL
+	CaptureThreadLocal CaptureMode = 1 // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+	CaptureRelaxed     CaptureMode = 2 // CU_STREAM_CAPTURE_MODE_RELAXED
 )
 
 // DeviceAttribute is CUdevice_attribute; values are the driver's.
 type DeviceAttribute int32
 
 const (
-	AttrMaxThreadsPerBlock         DeviceAttribute = 1
-	AttrMaxSharedMemPerBlock       DeviceAttribute = 8
-	AttrClockRate                  DeviceAttribute = 13
-	AttrMultiprocessorCount        DeviceAttribute = 16
-	AttrIntegrated                 DeviceAttribute = 18
-	AttrCanMapHostMemory           DeviceAttribute = 19
-	AttrPCIBusID                   DeviceAttribute = 33
-	AttrPCIDeviceID                DeviceAttribute = 34
-	AttrMemoryClockRate            DeviceAttribute = 36
-	AttrGlobalMemoryBusWidth       DeviceAttribute = 37
-	AttrL2CacheSize                DeviceAttribute = 38
-	AttrUnifiedAddressing          DeviceAttribute = 41
-	AttrPCIDomainID                DeviceAttribute = 50
-	AttrComputeCapabilityMajor     DeviceAttribute = 75
-	AttrComputeCapabilityMinor     DeviceAttribute = 76
-	AttrMaxSharedMemPerBlockOptin  DeviceAttribute = 97
-	AttrVirtualMemoryManagement    DeviceAttribute = 102
-	AttrHandleTypePosixFDSupported DeviceAttribute = 103
-	AttrGPUDirectRDMASupported     DeviceAttribute = 116
-	AttrMemoryPoolsSupported       DeviceAttribute = 115
-	AttrHandleTypeFabricSupported  DeviceAttribute = 128
-	AttrMulticastSupported         DeviceAttribute = 132
-	AttrCanUse64BitStreamMemOps    DeviceAttribute = 122
-	AttrCanUseStreamWaitValueNor   DeviceAttribute = 123
+	AttrMaxThreadsPerBlock         DeviceAttribute = 1   // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+	AttrMaxSharedMemPerBlock       DeviceAttribute = 8   // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK
+	AttrClockRate                  DeviceAttribute = 13  // CU_DEVICE_ATTRIBUTE_CLOCK_RATE
+	AttrMultiprocessorCount        DeviceAttribute = 16  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	AttrIntegrated                 DeviceAttribute = 18  // CU_DEVICE_ATTRIBUTE_INTEGRATED
+	AttrCanMapHostMemory           DeviceAttribute = 19  // CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY
+	AttrPCIBusID                   DeviceAttribute = 33  // CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
+	AttrPCIDeviceID                DeviceAttribute = 34  // CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID
+	AttrMemoryClockRate            DeviceAttribute = 36  // CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE
+	AttrGlobalMemoryBusWidth       DeviceAttribute = 37  // CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH
+	AttrL2CacheSize                DeviceAttribute = 38  // CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
+	AttrUnifiedAddressing          DeviceAttribute = 41  // CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING
+	AttrPCIDomainID                DeviceAttribute = 50  // CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID
+	AttrComputeCapabilityMajor     DeviceAttribute = 75  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	AttrComputeCapabilityMinor     DeviceAttribute = 76  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	AttrMaxSharedMemPerBlockOptin  DeviceAttribute = 97  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+	AttrVirtualMemoryManagement    DeviceAttribute = 102 // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+	AttrHandleTypePosixFDSupported DeviceAttribute = 103 // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+	AttrGPUDirectRDMASupported     DeviceAttribute = 116 // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
+	AttrMemoryPoolsSupported       DeviceAttribute = 115 // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+	AttrHandleTypeFabricSupported  DeviceAttribute = 128 // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED
+	AttrMulticastSupported         DeviceAttribute = 132 // CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED
+	AttrCanUse64BitStreamMemOps    DeviceAttribute = 122 // CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS
+	AttrCanUseStreamWaitValueNor   DeviceAttribute = 123 // CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR
 
 	// Added with the real bindings (values from cuda.h, CUDA 12.x).
-	AttrECCEnabled                    DeviceAttribute = 32
-	AttrMaxThreadsPerMultiprocessor   DeviceAttribute = 39
-	AttrAsyncEngineCount              DeviceAttribute = 40
-	AttrMaxSharedMemPerMultiprocessor DeviceAttribute = 81
-	AttrHostNativeAtomicSupported     DeviceAttribute = 86
-	AttrCooperativeLaunch             DeviceAttribute = 95
-	AttrCanFlushRemoteWrites          DeviceAttribute = 98
-	AttrGPUDirectRDMAWithCudaVMM      DeviceAttribute = 110
-	AttrDMABufSupported               DeviceAttribute = 124
-	AttrNumaConfig                    DeviceAttribute = 130
-	AttrNumaID                        DeviceAttribute = 131
+	AttrECCEnabled                    DeviceAttribute = 32  // CU_DEVICE_ATTRIBUTE_ECC_ENABLED
+	AttrMaxThreadsPerMultiprocessor   DeviceAttribute = 39  // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
+	AttrAsyncEngineCount              DeviceAttribute = 40  // CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT
+	AttrMaxSharedMemPerMultiprocessor DeviceAttribute = 81  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+	AttrHostNativeAtomicSupported     DeviceAttribute = 86  // CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED
+	AttrCooperativeLaunch             DeviceAttribute = 95  // CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
+	AttrCanFlushRemoteWrites          DeviceAttribute = 98  // CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES
+	AttrGPUDirectRDMAWithCudaVMM      DeviceAttribute = 110 // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+	AttrDMABufSupported               DeviceAttribute = 124 // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+	AttrNumaConfig                    DeviceAttribute = 130 // CU_DEVICE_ATTRIBUTE_NUMA_CONFIG
+	AttrNumaID                        DeviceAttribute = 131 // CU_DEVICE_ATTRIBUTE_NUMA_ID
 )
 
 // P2PAttribute is CUdevice_P2PAttribute.
 type P2PAttribute int32
 
 const (
-	P2PPerformanceRank          P2PAttribute = 1
-	P2PAccessSupported          P2PAttribute = 2
-	P2PNativeAtomicSupported    P2PAttribute = 3
-	P2PCudaArrayAccessSupported P2PAttribute = 4
+	P2PPerformanceRank          P2PAttribute = 1 // CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK
+	P2PAccessSupported          P2PAttribute = 2 // CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED
+	P2PNativeAtomicSupported    P2PAttribute = 3 // CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+	P2PCudaArrayAccessSupported P2PAttribute = 4 // CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED
 	// P2POnlyPartialNativeAtomic is 1 when only some atomics work over the
 	// link (CUDA 12.8+; older drivers answer CUDA_ERROR_INVALID_VALUE).
 	P2POnlyPartialNativeAtomic P2PAttribute = 5

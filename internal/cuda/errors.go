@@ -22,67 +22,67 @@ type Result int32
 
 // The CUresult codes goccl meets; values are the driver's (cuda.h).
 const (
-	Success                        Result = 0
-	ErrorInvalidValue              Result = 1
-	ErrorOutOfMemory               Result = 2
-	ErrorNotInitialized            Result = 3
-	ErrorDeinitialized             Result = 4
-	ErrorStubLibrary               Result = 34
-	ErrorDeviceUnavailable         Result = 46
-	ErrorNoDevice                  Result = 100
-	ErrorInvalidDevice             Result = 101
-	ErrorInvalidImage              Result = 200
-	ErrorInvalidContext            Result = 201
-	ErrorMapFailed                 Result = 205
-	ErrorUnmapFailed               Result = 206
-	ErrorAlreadyMapped             Result = 208
-	ErrorNoBinaryForGPU            Result = 209
-	ErrorNotMapped                 Result = 211
-	ErrorECCUncorrectable          Result = 214
-	ErrorPeerAccessUnsupported     Result = 217
-	ErrorInvalidPTX                Result = 218
-	ErrorNVLinkUncorrectable       Result = 220
-	ErrorUnsupportedPTXVersion     Result = 222
-	ErrorInvalidSource             Result = 300
-	ErrorFileNotFound              Result = 301
-	ErrorOperatingSystem           Result = 304
-	ErrorInvalidHandle             Result = 400
-	ErrorIllegalState              Result = 401
-	ErrorNotFound                  Result = 500
-	ErrorNotReady                  Result = 600
-	ErrorIllegalAddress            Result = 700
-	ErrorLaunchOutOfResources      Result = 701
-	ErrorLaunchTimeout             Result = 702
-	ErrorPeerAccessAlreadyEnabled  Result = 704
-	ErrorPeerAccessNotEnabled      Result = 705
-	ErrorPrimaryContextActive      Result = 708
-	ErrorContextIsDestroyed        Result = 709
-	ErrorAssert                    Result = 710
-	ErrorTooManyPeers              Result = 711
-	ErrorHardwareStackError        Result = 714
-	ErrorIllegalInstruction        Result = 715
-	ErrorMisalignedAddress         Result = 716
-	ErrorInvalidAddressSpace       Result = 717
-	ErrorInvalidPC                 Result = 718
-	ErrorLaunchFailed              Result = 719
-	ErrorCooperativeLaunchTooLarge Result = 720
-	ErrorNotPermitted              Result = 800
-	ErrorNotSupported              Result = 801
-	ErrorSystemNotReady            Result = 802
-	ErrorSystemDriverMismatch      Result = 803
-	ErrorCompatNotSupported        Result = 804
-	ErrorStreamCaptureUnsupported  Result = 900
-	ErrorStreamCaptureInvalidated  Result = 901
-	ErrorStreamCaptureMerge        Result = 902
-	ErrorStreamCaptureUnmatched    Result = 903
-	ErrorStreamCaptureUnjoined     Result = 904
-	ErrorStreamCaptureIsolation    Result = 905
-	ErrorStreamCaptureImplicit     Result = 906
-	ErrorCapturedEvent             Result = 907
-	ErrorStreamCaptureWrongThread  Result = 908
-	ErrorTimeout                   Result = 909
-	ErrorGraphExecUpdateFailure    Result = 910
-	ErrorUnknown                   Result = 999
+	Success                        Result = 0   // CUDA_SUCCESS
+	ErrorInvalidValue              Result = 1   // CUDA_ERROR_INVALID_VALUE
+	ErrorOutOfMemory               Result = 2   // CUDA_ERROR_OUT_OF_MEMORY
+	ErrorNotInitialized            Result = 3   // CUDA_ERROR_NOT_INITIALIZED
+	ErrorDeinitialized             Result = 4   // CUDA_ERROR_DEINITIALIZED
+	ErrorStubLibrary               Result = 34  // CUDA_ERROR_STUB_LIBRARY
+	ErrorDeviceUnavailable         Result = 46  // CUDA_ERROR_DEVICE_UNAVAILABLE
+	ErrorNoDevice                  Result = 100 // CUDA_ERROR_NO_DEVICE
+	ErrorInvalidDevice             Result = 101 // CUDA_ERROR_INVALID_DEVICE
+	ErrorInvalidImage              Result = 200 // CUDA_ERROR_INVALID_IMAGE
+	ErrorInvalidContext            Result = 201 // CUDA_ERROR_INVALID_CONTEXT
+	ErrorMapFailed                 Result = 205 // CUDA_ERROR_MAP_FAILED
+	ErrorUnmapFailed               Result = 206 // CUDA_ERROR_UNMAP_FAILED
+	ErrorAlreadyMapped             Result = 208 // CUDA_ERROR_ALREADY_MAPPED
+	ErrorNoBinaryForGPU            Result = 209 // CUDA_ERROR_NO_BINARY_FOR_GPU
+	ErrorNotMapped                 Result = 211 // CUDA_ERROR_NOT_MAPPED
+	ErrorECCUncorrectable          Result = 214 // CUDA_ERROR_ECC_UNCORRECTABLE
+	ErrorPeerAccessUnsupported     Result = 217 // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+	ErrorInvalidPTX                Result = 218 // CUDA_ERROR_INVALID_PTX
+	ErrorNVLinkUncorrectable       Result = 220 // CUDA_ERROR_NVLINK_UNCORRECTABLE
+	ErrorUnsupportedPTXVersion     Result = 222 // CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+	ErrorInvalidSource             Result = 300 // CUDA_ERROR_INVALID_SOURCE
+	ErrorFileNotFound              Result = 301 // CUDA_ERROR_FILE_NOT_FOUND
+	ErrorOperatingSystem           Result = 304 // CUDA_ERROR_OPERATING_SYSTEM
+	ErrorInvalidHandle             Result = 400 // CUDA_ERROR_INVALID_HANDLE
+	ErrorIllegalState              Result = 401 // CUDA_ERROR_ILLEGAL_STATE
+	ErrorNotFound                  Result = 500 // CUDA_ERROR_NOT_FOUND
+	ErrorNotReady                  Result = 600 // CUDA_ERROR_NOT_READY
+	ErrorIllegalAddress            Result = 700 // CUDA_ERROR_ILLEGAL_ADDRESS
+	ErrorLaunchOutOfResources      Result = 701 // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+	ErrorLaunchTimeout             Result = 702 // CUDA_ERROR_LAUNCH_TIMEOUT
+	ErrorPeerAccessAlreadyEnabled  Result = 704 // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+	ErrorPeerAccessNotEnabled      Result = 705 // CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+	ErrorPrimaryContextActive      Result = 708 // CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE
+	ErrorContextIsDestroyed        Result = 709 // CUDA_ERROR_CONTEXT_IS_DESTROYED
+	ErrorAssert                    Result = 710 // CUDA_ERROR_ASSERT
+	ErrorTooManyPeers              Result = 711 // CUDA_ERROR_TOO_MANY_PEERS
+	ErrorHardwareStackError        Result = 714 // CUDA_ERROR_HARDWARE_STACK_ERROR
+	ErrorIllegalInstruction        Result = 715 // CUDA_ERROR_ILLEGAL_INSTRUCTION
+	ErrorMisalignedAddress         Result = 716 // CUDA_ERROR_MISALIGNED_ADDRESS
+	ErrorInvalidAddressSpace       Result = 717 // CUDA_ERROR_INVALID_ADDRESS_SPACE
+	ErrorInvalidPC                 Result = 718 // CUDA_ERROR_INVALID_PC
+	ErrorLaunchFailed              Result = 719 // CUDA_ERROR_LAUNCH_FAILED
+	ErrorCooperativeLaunchTooLarge Result = 720 // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+	ErrorNotPermitted              Result = 800 // CUDA_ERROR_NOT_PERMITTED
+	ErrorNotSupported              Result = 801 // CUDA_ERROR_NOT_SUPPORTED
+	ErrorSystemNotReady            Result = 802 // CUDA_ERROR_SYSTEM_NOT_READY
+	ErrorSystemDriverMismatch      Result = 803 // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+	ErrorCompatNotSupported        Result = 804 // CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+	ErrorStreamCaptureUnsupported  Result = 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+	ErrorStreamCaptureInvalidated  Result = 901 // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+	ErrorStreamCaptureMerge        Result = 902 // CUDA_ERROR_STREAM_CAPTURE_MERGE
+	ErrorStreamCaptureUnmatched    Result = 903 // CUDA_ERROR_STREAM_CAPTURE_UNMATCHED
+	ErrorStreamCaptureUnjoined     Result = 904 // CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+	ErrorStreamCaptureIsolation    Result = 905 // CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+	ErrorStreamCaptureImplicit     Result = 906 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+	ErrorCapturedEvent             Result = 907 // CUDA_ERROR_CAPTURED_EVENT
+	ErrorStreamCaptureWrongThread  Result = 908 // CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+	ErrorTimeout                   Result = 909 // CUDA_ERROR_TIMEOUT
+	ErrorGraphExecUpdateFailure    Result = 910 // CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+	ErrorUnknown                   Result = 999 // CUDA_ERROR_UNKNOWN
 )
 
 // resultNames holds the cuda.h names, used when the driver cannot be asked
@@ -172,6 +172,7 @@ type Error struct {
 	Text string // e.g. "out of memory"
 }
 
+// Error gives "cuda: op: NAME (code)" and the driver's description.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("cuda: %s: %s (%d)", e.Op, e.Name, int32(e.Code))
 	if e.Text != "" {

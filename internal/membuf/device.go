@@ -46,12 +46,17 @@ func NewDevice(drv cuda.Driver, ordinal int) (*DeviceSpace, error) {
 	return d, nil
 }
 
-// Driver, Context and Device expose the binding for callers that need
-// more (events, comm init on this device).
-func (d *DeviceSpace) Driver() cuda.Driver   { return d.drv }
-func (d *DeviceSpace) Context() cuda.Context { return d.ctx }
-func (d *DeviceSpace) Ordinal() int          { return d.ord }
+// Driver exposes the binding for callers that need more (events, comm
+// init on this device).
+func (d *DeviceSpace) Driver() cuda.Driver { return d.drv }
 
+// Context is the device's primary context, retained by NewDevice.
+func (d *DeviceSpace) Context() cuda.Context { return d.ctx }
+
+// Ordinal is the device's CUDA ordinal.
+func (d *DeviceSpace) Ordinal() int { return d.ord }
+
+// Alloc allocates with cuMemAlloc; a 0-byte buffer has no memory.
 func (d *DeviceSpace) Alloc(size int) (Buffer, error) {
 	if size < 0 {
 		return Buffer{}, fmt.Errorf("membuf: alloc of %d bytes: %w", size, ErrRange)
@@ -66,6 +71,7 @@ func (d *DeviceSpace) Alloc(size int) (Buffer, error) {
 	return Buffer{Ptr: uintptr(p), Size: size}, nil
 }
 
+// Free releases b with cuMemFree; a 0-byte buffer is a no-op.
 func (d *DeviceSpace) Free(b Buffer) error {
 	if b.Ptr == 0 {
 		return nil
@@ -76,6 +82,8 @@ func (d *DeviceSpace) Free(b Buffer) error {
 	return nil
 }
 
+// CopyIn waits for the stream, then copies src to the device and waits
+// for the copy to land.
 func (d *DeviceSpace) CopyIn(b Buffer, off int, src []byte) error {
 	if err := check(b, off, len(src)); err != nil || len(src) == 0 {
 		return err
@@ -94,6 +102,7 @@ func (d *DeviceSpace) CopyIn(b Buffer, off int, src []byte) error {
 	return nil
 }
 
+// CopyOut waits for the stream, then copies from the device into dst.
 func (d *DeviceSpace) CopyOut(dst []byte, b Buffer, off int) error {
 	if err := check(b, off, len(dst)); err != nil || len(dst) == 0 {
 		return err
@@ -107,6 +116,7 @@ func (d *DeviceSpace) CopyOut(dst []byte, b Buffer, off int) error {
 	return nil
 }
 
+// Fill enqueues a memset on the stream.
 func (d *DeviceSpace) Fill(b Buffer, off, n int, v byte) error {
 	if err := check(b, off, n); err != nil || n == 0 {
 		return err
@@ -117,7 +127,10 @@ func (d *DeviceSpace) Fill(b Buffer, off, n int, v byte) error {
 	return nil
 }
 
-func (d *DeviceSpace) Stream() uintptr  { return uintptr(d.stream) }
+// Stream is the space's non-blocking stream.
+func (d *DeviceSpace) Stream() uintptr { return uintptr(d.stream) }
+
+// Describe gives the device's ordinal, name and PCI bus id.
 func (d *DeviceSpace) Describe() Device { return d.desc }
 
 // Sync waits for the stream, polling so that ctx can end the wait.
@@ -142,6 +155,7 @@ func (d *DeviceSpace) Sync(ctx context.Context) error {
 	}
 }
 
+// Close destroys the stream and releases the primary context.
 func (d *DeviceSpace) Close() error {
 	err := d.drv.StreamDestroy(d.ctx, d.stream)
 	if e := d.drv.PrimaryCtxRelease(d.dev); err == nil {
@@ -202,6 +216,7 @@ func (d *DeviceSpace) BeginCapture() error {
 	return d.drv.StreamBeginCapture(d.ctx, d.stream, cuda.CaptureRelaxed)
 }
 
+// EndCapture ends the stream's capture and instantiates the graph.
 func (d *DeviceSpace) EndCapture() (Graph, error) {
 	g, err := d.drv.StreamEndCapture(d.ctx, d.stream)
 	if err != nil {

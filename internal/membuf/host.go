@@ -16,6 +16,8 @@ type Host struct{}
 // NewHost returns a host Space.
 func NewHost() *Host { return &Host{} }
 
+// Alloc maps size bytes of anonymous private memory; a 0-byte buffer has
+// none.
 func (*Host) Alloc(size int) (Buffer, error) {
 	if size < 0 {
 		return Buffer{}, fmt.Errorf("membuf: alloc of %d bytes: %w", size, ErrRange)
@@ -30,6 +32,7 @@ func (*Host) Alloc(size int) (Buffer, error) {
 	return Buffer{Ptr: uintptr(unsafe.Pointer(&m[0])), Size: size, host: m}, nil
 }
 
+// Free unmaps b's memory.
 func (*Host) Free(b Buffer) error {
 	if b.host == nil {
 		return nil
@@ -47,6 +50,7 @@ func check(b Buffer, off, n int) error {
 	return nil
 }
 
+// CopyIn copies src into b at off.
 func (*Host) CopyIn(b Buffer, off int, src []byte) error {
 	if err := check(b, off, len(src)); err != nil {
 		return err
@@ -55,6 +59,7 @@ func (*Host) CopyIn(b Buffer, off int, src []byte) error {
 	return nil
 }
 
+// CopyOut copies b[off:off+len(dst)] into dst.
 func (*Host) CopyOut(dst []byte, b Buffer, off int) error {
 	if err := check(b, off, len(dst)); err != nil {
 		return err
@@ -63,6 +68,7 @@ func (*Host) CopyOut(dst []byte, b Buffer, off int) error {
 	return nil
 }
 
+// Fill sets b[off:off+n] to v.
 func (*Host) Fill(b Buffer, off, n int, v byte) error {
 	if err := check(b, off, n); err != nil {
 		return err
@@ -74,11 +80,19 @@ func (*Host) Fill(b Buffer, off, n int, v byte) error {
 	return nil
 }
 
-func (*Host) Stream() uintptr                { return 0 }
-func (*Host) Sync(ctx context.Context) error { return ctx.Err() }
-func (*Host) Close() error                   { return nil }
-func (*Host) Describe() Device               { return Device{Ordinal: -1, Name: "host"} }
+// Stream is 0: host collectives run on no stream.
+func (*Host) Stream() uintptr { return 0 }
 
+// Sync has nothing to wait for; it gives ctx's error.
+func (*Host) Sync(ctx context.Context) error { return ctx.Err() }
+
+// Close has nothing to release.
+func (*Host) Close() error { return nil }
+
+// Describe names host memory (ordinal -1).
+func (*Host) Describe() Device { return Device{Ordinal: -1, Name: "host"} }
+
+// NewTimer measures wall time: host work is done when the call returns.
 func (*Host) NewTimer() (Timer, error) { return &wallTimer{}, nil }
 
 // HostBytes exposes a host buffer's memory (tests, and checks that avoid a

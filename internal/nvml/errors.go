@@ -10,17 +10,17 @@ type Return int32
 
 // NVML result codes goccl tells apart.
 const (
-	Success               Return = 0
-	ReturnUninitialized   Return = 1
-	ReturnInvalidArg      Return = 2
-	ReturnNotSupported    Return = 3
-	ReturnNoPermission    Return = 4
-	ReturnNotFound        Return = 6
-	ReturnDriverNotLoaded Return = 9
-	ReturnLibNotFound     Return = 12
-	ReturnFuncNotFound    Return = 13
-	ReturnGPULost         Return = 15
-	ReturnUnknown         Return = 999
+	Success               Return = 0   // NVML_SUCCESS
+	ReturnUninitialized   Return = 1   // NVML_ERROR_UNINITIALIZED
+	ReturnInvalidArg      Return = 2   // NVML_ERROR_INVALID_ARGUMENT
+	ReturnNotSupported    Return = 3   // NVML_ERROR_NOT_SUPPORTED
+	ReturnNoPermission    Return = 4   // NVML_ERROR_NO_PERMISSION
+	ReturnNotFound        Return = 6   // NVML_ERROR_NOT_FOUND
+	ReturnDriverNotLoaded Return = 9   // NVML_ERROR_DRIVER_NOT_LOADED
+	ReturnLibNotFound     Return = 12  // NVML_ERROR_LIBRARY_NOT_FOUND
+	ReturnFuncNotFound    Return = 13  // NVML_ERROR_FUNCTION_NOT_FOUND
+	ReturnGPULost         Return = 15  // NVML_ERROR_GPU_IS_LOST
+	ReturnUnknown         Return = 999 // NVML_ERROR_UNKNOWN
 )
 
 // Sentinels for errors.Is. An *Error matches the sentinel of its code;
@@ -29,13 +29,13 @@ const (
 var (
 	// ErrNoLibrary: libnvidia-ml.so.1 could not be loaded.
 	ErrNoLibrary       = errors.New("nvml: libnvidia-ml.so.1 not available")
-	ErrNotSupported    = errors.New("nvml: not supported")
-	ErrUninitialized   = errors.New("nvml: not initialized")
-	ErrInvalidArgument = errors.New("nvml: invalid argument")
-	ErrNoPermission    = errors.New("nvml: no permission")
-	ErrNotFound        = errors.New("nvml: not found")
-	ErrDriverNotLoaded = errors.New("nvml: NVIDIA driver not loaded")
-	ErrGPULost         = errors.New("nvml: GPU is lost")
+	ErrNotSupported    = errors.New("nvml: not supported")            // code ReturnNotSupported or ReturnFuncNotFound
+	ErrUninitialized   = errors.New("nvml: not initialized")          // code ReturnUninitialized
+	ErrInvalidArgument = errors.New("nvml: invalid argument")         // code ReturnInvalidArg
+	ErrNoPermission    = errors.New("nvml: no permission")            // code ReturnNoPermission
+	ErrNotFound        = errors.New("nvml: not found")                // code ReturnNotFound
+	ErrDriverNotLoaded = errors.New("nvml: NVIDIA driver not loaded") // code ReturnDriverNotLoaded
+	ErrGPULost         = errors.New("nvml: GPU is lost")              // code ReturnGPULost
 )
 
 // Error is a failed NVML call: the entry point, the code and NVML's own
@@ -46,6 +46,7 @@ type Error struct {
 	Text string
 }
 
+// Error gives "nvml: Func: text (code)".
 func (e *Error) Error() string {
 	return fmt.Sprintf("nvml: %s: %s (%d)", e.Func, e.Text, int32(e.Code))
 }

@@ -24,12 +24,13 @@ type PCIInfo struct {
 type RemoteType uint32
 
 const (
-	RemoteGPU     RemoteType = 0x00
-	RemoteIBMNPU  RemoteType = 0x01
-	RemoteSwitch  RemoteType = 0x02
-	RemoteUnknown RemoteType = 0xFF
+	RemoteGPU     RemoteType = 0x00 // NVML_NVLINK_DEVICE_TYPE_GPU
+	RemoteIBMNPU  RemoteType = 0x01 // NVML_NVLINK_DEVICE_TYPE_IBMNPU
+	RemoteSwitch  RemoteType = 0x02 // NVML_NVLINK_DEVICE_TYPE_SWITCH
+	RemoteUnknown RemoteType = 0xFF // NVML_NVLINK_DEVICE_TYPE_UNKNOWN
 )
 
+// String gives a short name ("GPU", "NVSwitch", ...).
 func (t RemoteType) String() string {
 	switch t {
 	case RemoteGPU:
@@ -61,25 +62,26 @@ const NVSwitchPCIClass = 0x068000
 type P2PCapsIndex uint32
 
 const (
-	P2PRead    P2PCapsIndex = 0
-	P2PWrite   P2PCapsIndex = 1
-	P2PNvLink  P2PCapsIndex = 2
-	P2PAtomics P2PCapsIndex = 3
+	P2PRead    P2PCapsIndex = 0 // NVML_P2P_CAPS_INDEX_READ
+	P2PWrite   P2PCapsIndex = 1 // NVML_P2P_CAPS_INDEX_WRITE
+	P2PNvLink  P2PCapsIndex = 2 // NVML_P2P_CAPS_INDEX_NVLINK
+	P2PAtomics P2PCapsIndex = 3 // NVML_P2P_CAPS_INDEX_ATOMICS
 )
 
 // P2PStatus is nvmlGpuP2PStatus_t; P2POK means the capability is there.
 type P2PStatus uint32
 
 const (
-	P2POK                      P2PStatus = 0
-	P2PChipsetNotSupported     P2PStatus = 1
-	P2PGPUNotSupported         P2PStatus = 2
-	P2PIOHTopologyNotSupported P2PStatus = 3
-	P2PDisabledByRegkey        P2PStatus = 4
-	P2PNotSupported            P2PStatus = 5
-	P2PUnknown                 P2PStatus = 6
+	P2POK                      P2PStatus = 0 // the capability is there
+	P2PChipsetNotSupported     P2PStatus = 1 // the chipset does not support it
+	P2PGPUNotSupported         P2PStatus = 2 // the GPU does not support it
+	P2PIOHTopologyNotSupported P2PStatus = 3 // the I/O hub topology does not allow it
+	P2PDisabledByRegkey        P2PStatus = 4 // disabled by a driver registry key
+	P2PNotSupported            P2PStatus = 5 // not supported
+	P2PUnknown                 P2PStatus = 6 // unknown
 )
 
+// String gives the status in words ("OK", "chipset not supported", ...).
 func (s P2PStatus) String() string {
 	switch s {
 	case P2POK:
@@ -132,12 +134,13 @@ func (l TopologyLevel) Label() string {
 type FabricState uint8
 
 const (
-	FabricNotSupported FabricState = 0
-	FabricNotStarted   FabricState = 1
-	FabricInProgress   FabricState = 2
-	FabricCompleted    FabricState = 3
+	FabricNotSupported FabricState = 0 // NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+	FabricNotStarted   FabricState = 1 // NVML_GPU_FABRIC_STATE_NOT_STARTED
+	FabricInProgress   FabricState = 2 // NVML_GPU_FABRIC_STATE_IN_PROGRESS
+	FabricCompleted    FabricState = 3 // NVML_GPU_FABRIC_STATE_COMPLETED
 )
 
+// String gives the state in words ("completed", ...).
 func (s FabricState) String() string {
 	switch s {
 	case FabricNotSupported:

@@ -27,7 +27,10 @@ type PeerError struct {
 	Cause error
 }
 
+// Error gives the rank and the cause.
 func (e *PeerError) Error() string { return fmt.Sprintf("ucx: rank %d: %v", e.Rank, e.Cause) }
+
+// Unwrap gives the cause.
 func (e *PeerError) Unwrap() error { return e.Cause }
 
 // Worker is one rank's UCX worker with an endpoint to every other rank
@@ -157,8 +160,10 @@ func (wk *Worker) Failed(r int) error {
 	return nil
 }
 
-// Rank and Size are the bootstrap's.
+// Rank is this rank's number in the bootstrap.
 func (wk *Worker) Rank() int { return wk.rank }
+
+// Size is the bootstrap's number of ranks.
 func (wk *Worker) Size() int { return wk.n }
 
 // Send posts n bytes at buf (host memory the caller keeps alive until

@@ -26,9 +26,13 @@ func (d *Driver) gpu(dev cuda.Device) (GPU, error) {
 	return d.M.GPUs[dev], nil
 }
 
+// DriverVersion answers cuda.Driver's query from the Machine.
 func (d *Driver) DriverVersion() (int, error) { return d.M.DriverVersion, nil }
-func (d *Driver) DeviceCount() (int, error)   { return len(d.M.GPUs), nil }
 
+// DeviceCount answers cuda.Driver's query from the Machine.
+func (d *Driver) DeviceCount() (int, error) { return len(d.M.GPUs), nil }
+
+// DeviceGet answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceGet(ordinal int) (cuda.Device, error) {
 	if ordinal < 0 || ordinal >= len(d.M.GPUs) {
 		return 0, fmt.Errorf("%w: ordinal %d", ErrFake, ordinal)
@@ -36,11 +40,13 @@ func (d *Driver) DeviceGet(ordinal int) (cuda.Device, error) {
 	return cuda.Device(ordinal), nil
 }
 
+// DeviceName answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceName(dev cuda.Device) (string, error) {
 	g, err := d.gpu(dev)
 	return g.Name, err
 }
 
+// DeviceUUID answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceUUID(dev cuda.Device) ([16]byte, error) {
 	if _, err := d.gpu(dev); err != nil {
 		return [16]byte{}, err
@@ -54,6 +60,7 @@ func (d *Driver) DevicePCIBusID(dev cuda.Device) (string, error) {
 	return strings.ToUpper(g.BusID), err
 }
 
+// DeviceTotalMem answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceTotalMem(dev cuda.Device) (uint64, error) {
 	g, err := d.gpu(dev)
 	return g.MemoryBytes, err
@@ -66,6 +73,7 @@ func b2i(b bool) int {
 	return 0
 }
 
+// DeviceAttribute answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceAttribute(dev cuda.Device, attr cuda.DeviceAttribute) (int, error) {
 	g, err := d.gpu(dev)
 	if err != nil {
@@ -94,11 +102,13 @@ func (d *Driver) DeviceAttribute(dev cuda.Device, attr cuda.DeviceAttribute) (in
 	return 0, fmt.Errorf("%w: attribute %d", ErrFake, attr)
 }
 
+// DeviceCanAccessPeer answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceCanAccessPeer(dev, peer cuda.Device) (bool, error) {
 	v, err := d.DeviceP2PAttribute(cuda.P2PAccessSupported, dev, peer)
 	return v != 0, err
 }
 
+// DeviceP2PAttribute answers cuda.Driver's query from the Machine.
 func (d *Driver) DeviceP2PAttribute(attr cuda.P2PAttribute, src, dst cuda.Device) (int, error) {
 	if _, err := d.gpu(src); err != nil {
 		return 0, err

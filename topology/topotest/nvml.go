@@ -30,8 +30,10 @@ func (l *NVML) dev(fn string, d nvml.Device) (int, error) {
 	return i, nil
 }
 
+// Init counts one more initialisation, as nvmlInit does.
 func (l *NVML) Init() error { l.inits++; return nil }
 
+// Shutdown undoes one Init; with none left it fails as NVML does.
 func (l *NVML) Shutdown() error {
 	if l.inits == 0 {
 		return nvmlErr("nvmlShutdown", nvml.ReturnUninitialized, "Uninitialized")
@@ -40,9 +42,13 @@ func (l *NVML) Shutdown() error {
 	return nil
 }
 
+// DriverVersion gives a fixed driver version.
 func (l *NVML) DriverVersion() (string, error) { return "570.124.06", nil }
-func (l *NVML) DeviceCount() (int, error)      { return len(l.M.GPUs), nil }
 
+// DeviceCount answers nvml.Lib's query from the Machine.
+func (l *NVML) DeviceCount() (int, error) { return len(l.M.GPUs), nil }
+
+// DeviceByIndex answers nvml.Lib's query from the Machine.
 func (l *NVML) DeviceByIndex(i int) (nvml.Device, error) {
 	if i < 0 || i >= len(l.M.GPUs) {
 		return 0, nvmlErr("nvmlDeviceGetHandleByIndex_v2", nvml.ReturnInvalidArg, "Invalid Argument")
@@ -50,6 +56,7 @@ func (l *NVML) DeviceByIndex(i int) (nvml.Device, error) {
 	return nvml.Device(i + 1), nil
 }
 
+// DeviceByPCIBusID answers nvml.Lib's query from the Machine.
 func (l *NVML) DeviceByPCIBusID(bus string) (nvml.Device, error) {
 	if i, ok := l.M.gpuByBus(bus); ok {
 		return nvml.Device(i + 1), nil
@@ -57,6 +64,7 @@ func (l *NVML) DeviceByPCIBusID(bus string) (nvml.Device, error) {
 	return 0, nvmlErr("nvmlDeviceGetHandleByPciBusId_v2", nvml.ReturnNotFound, "Not Found")
 }
 
+// Name answers nvml.Lib's query from the Machine.
 func (l *NVML) Name(d nvml.Device) (string, error) {
 	i, err := l.dev("nvmlDeviceGetName", d)
 	if err != nil {
@@ -65,6 +73,7 @@ func (l *NVML) Name(d nvml.Device) (string, error) {
 	return l.M.GPUs[i].Name, nil
 }
 
+// UUID answers nvml.Lib's query from the Machine.
 func (l *NVML) UUID(d nvml.Device) (string, error) {
 	i, err := l.dev("nvmlDeviceGetUUID", d)
 	if err != nil {
@@ -76,6 +85,7 @@ func (l *NVML) UUID(d nvml.Device) (string, error) {
 // nvmlBusID writes a bus id as NVML does: eight-digit domain, upper case.
 func nvmlBusID(sysfs string) string { return "0000" + strings.ToUpper(sysfs) }
 
+// PCIInfo answers nvml.Lib's query from the Machine.
 func (l *NVML) PCIInfo(d nvml.Device) (nvml.PCIInfo, error) {
 	i, err := l.dev("nvmlDeviceGetPciInfo_v3", d)
 	if err != nil {
@@ -113,11 +123,13 @@ func (l *NVML) link(fn string, d nvml.Device, link int) (int, int, error) {
 	return i, ls[link], nil
 }
 
+// NvLinkState answers nvml.Lib's query from the Machine.
 func (l *NVML) NvLinkState(d nvml.Device, link int) (bool, error) {
 	_, _, err := l.link("nvmlDeviceGetNvLinkState", d, link)
 	return err == nil, err
 }
 
+// NvLinkRemotePCIInfo answers nvml.Lib's query from the Machine.
 func (l *NVML) NvLinkRemotePCIInfo(d nvml.Device, link int) (nvml.RemoteEndpoint, error) {
 	_, peer, err := l.link("nvmlDeviceGetNvLinkRemotePciInfo_v2", d, link)
 	if err != nil {
@@ -144,6 +156,7 @@ func (l *NVML) pair(fn string, a, b nvml.Device) (int, int, error) {
 	return i, j, err
 }
 
+// P2PStatus answers nvml.Lib's query from the Machine.
 func (l *NVML) P2PStatus(a, b nvml.Device, index nvml.P2PCapsIndex) (nvml.P2PStatus, error) {
 	i, j, err := l.pair("nvmlDeviceGetP2PStatus", a, b)
 	if err != nil {
@@ -166,6 +179,7 @@ func (l *NVML) P2PStatus(a, b nvml.Device, index nvml.P2PCapsIndex) (nvml.P2PSta
 	return nvml.P2PNotSupported, nil
 }
 
+// TopologyCommonAncestor answers nvml.Lib's query from the Machine.
 func (l *NVML) TopologyCommonAncestor(a, b nvml.Device) (nvml.TopologyLevel, error) {
 	i, j, err := l.pair("nvmlDeviceGetTopologyCommonAncestor", a, b)
 	if err != nil {
@@ -174,6 +188,7 @@ func (l *NVML) TopologyCommonAncestor(a, b nvml.Device) (nvml.TopologyLevel, err
 	return l.M.Path[i][j], nil
 }
 
+// GpuFabricInfo answers nvml.Lib's query from the Machine.
 func (l *NVML) GpuFabricInfo(d nvml.Device) (nvml.FabricInfo, error) {
 	i, err := l.dev("nvmlDeviceGetGpuFabricInfo", d)
 	if err != nil {

@@ -11,35 +11,37 @@ type Step string
 
 // The steps of Setup, in order, then those of teardown.
 const (
-	StepConfig         Step = "config"
-	StepGate           Step = "gate"
-	StepMCGranularity  Step = "MulticastGetGranularity"
-	StepVMMGranularity Step = "MemGetAllocationGranularity"
-	StepAgreeSize      Step = "agree on size"
-	StepCreate         Step = "MulticastCreate"
-	StepExport         Step = "MemExportToFD"
-	StepSendFD         Step = "SendFDs"
-	StepRecvFD         Step = "RecvFDs"
-	StepImport         Step = "MemImportFromFD"
-	StepAddDevice      Step = "MulticastAddDevice"
-	StepMemCreate      Step = "MemCreate"
-	StepBind           Step = "MulticastBindMem"
-	StepReserveMC      Step = "MemAddressReserve(multicast)"
-	StepMapMC          Step = "MemMap(multicast)"
-	StepAccessMC       Step = "MemSetAccess(multicast)"
-	StepReserveUC      Step = "MemAddressReserve(unicast)"
-	StepMapUC          Step = "MemMap(unicast)"
-	StepAccessUC       Step = "MemSetAccess(unicast)"
-	StepExchange       Step = "bootstrap exchange"
-	StepCloseBarrier   Step = "close barrier"
-	StepUnmapUC        Step = "MemUnmap(unicast)"
-	StepFreeUC         Step = "MemAddressFree(unicast)"
-	StepUnmapMC        Step = "MemUnmap(multicast)"
-	StepFreeMC         Step = "MemAddressFree(multicast)"
-	StepUnbind         Step = "MulticastUnbind"
-	StepReleaseMem     Step = "MemRelease(memory)"
-	StepReleaseMC      Step = "MemRelease(multicast)"
-	StepCloseFD        Step = "close fd"
+	StepConfig         Step = "config"                       // checking Config
+	StepGate           Step = "gate"                         // the NVLS gate; closed, nothing multicast is called
+	StepMCGranularity  Step = "MulticastGetGranularity"      // the multicast object's granularity
+	StepVMMGranularity Step = "MemGetAllocationGranularity"  // the physical memory's granularity
+	StepAgreeSize      Step = "agree on size"                // the ranks agree on one size and alignment
+	StepCreate         Step = "MulticastCreate"              // rank 0 creates the multicast object
+	StepExport         Step = "MemExportToFD"                // rank 0 exports it as an fd
+	StepSendFD         Step = "SendFDs"                      // rank 0 sends the fd to every other rank
+	StepRecvFD         Step = "RecvFDs"                      // another rank receives rank 0's fd
+	StepImport         Step = "MemImportFromFD"              // another rank imports the multicast object
+	StepAddDevice      Step = "MulticastAddDevice"           // each rank adds its device
+	StepMemCreate      Step = "MemCreate"                    // each rank allocates its physical memory
+	StepBind           Step = "MulticastBindMem"             // each rank binds it to the multicast object
+	StepReserveMC      Step = "MemAddressReserve(multicast)" // the multicast mapping's address range
+	StepMapMC          Step = "MemMap(multicast)"            // mapping the multicast object
+	StepAccessMC       Step = "MemSetAccess(multicast)"      // access to the multicast mapping
+	StepReserveUC      Step = "MemAddressReserve(unicast)"   // the unicast mapping's address range
+	StepMapUC          Step = "MemMap(unicast)"              // mapping the rank's own memory
+	StepAccessUC       Step = "MemSetAccess(unicast)"        // access to the unicast mapping
+	StepExchange       Step = "bootstrap exchange"           // the allgather of every rank's outcome
+	StepCloseBarrier   Step = "close barrier"                // Close's barrier: no rank unbinds while a peer may reach it
+
+	// Teardown, in this order.
+	StepUnmapUC    Step = "MemUnmap(unicast)"
+	StepFreeUC     Step = "MemAddressFree(unicast)"
+	StepUnmapMC    Step = "MemUnmap(multicast)"
+	StepFreeMC     Step = "MemAddressFree(multicast)"
+	StepUnbind     Step = "MulticastUnbind"
+	StepReleaseMem Step = "MemRelease(memory)"
+	StepReleaseMC  Step = "MemRelease(multicast)"
+	StepCloseFD    Step = "close fd" // closing the multicast object's fd
 )
 
 var (
@@ -63,10 +65,12 @@ type StepError struct {
 	Err  error
 }
 
+// Error names the rank and the step.
 func (e *StepError) Error() string {
 	return fmt.Sprintf("nvls: rank %d: %s: %v", e.Rank, e.Step, e.Err)
 }
 
+// Unwrap gives Err.
 func (e *StepError) Unwrap() error { return e.Err }
 
 func stepErr(rank int, step Step, err error) *StepError {

@@ -125,6 +125,7 @@ type RankError struct {
 	Msg  string
 }
 
+// Error names the step, the rank it failed on and its message.
 func (e *RankError) Error() string {
 	return fmt.Sprintf("shm: %s failed on rank %d: %s", e.Step, e.Rank, e.Msg)
 }

@@ -6,9 +6,10 @@ import (
 	"github.com/goccl/goccl/transport"
 )
 
-// ErrPeerFailed and StepError are transport's (see transport.Agree).
+// ErrPeerFailed is transport's (see transport.Agree).
 var ErrPeerFailed = transport.ErrPeerFailed
 
+// StepError is transport's (see transport.Agree).
 type StepError = transport.StepError
 
 func stepErr(rank int, step string, peer int, err error) *StepError {

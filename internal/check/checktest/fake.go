@@ -57,8 +57,13 @@ type Comm struct {
 // Rank returns rank r's communicator.
 func (g *Group) Rank(r int) *Comm { return &Comm{g: g, rank: r, boot: g.boot.Rank(r)} }
 
-func (c *Comm) Rank() int                      { return c.rank }
-func (c *Comm) Size() int                      { return c.g.n }
+// Rank is c's rank in the group.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the group's number of ranks.
+func (c *Comm) Size() int { return c.g.n }
+
+// Bootstrap is rank c's bootstrap.
 func (c *Comm) Bootstrap() transport.Bootstrap { return c.boot }
 
 // ErrMismatch is returned when ranks call different collectives.

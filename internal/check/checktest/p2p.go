@@ -65,6 +65,7 @@ func (c *Comm) Group(ctx context.Context, ops []collectives.P2P) error {
 	return err
 }
 
+// AllToAll runs as a group: one Send and one Recv per peer.
 func (c *Comm) AllToAll(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, _ uintptr) error {
 	es := uintptr(count * dt.Size())
 	ops := make([]collectives.P2P, 0, 2*c.g.n)
@@ -75,6 +76,7 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv uintptr, count int, dt c
 	return c.Group(ctx, ops)
 }
 
+// AllToAllv runs as a group: one Send and one Recv per peer, at the given displacements.
 func (c *Comm) AllToAllv(ctx context.Context, send uintptr, sc, sd []int, recv uintptr, rc, rd []int, dt collectives.DataType, _ uintptr) error {
 	es := uintptr(dt.Size())
 	ops := make([]collectives.P2P, 0, 2*c.g.n)
@@ -85,6 +87,7 @@ func (c *Comm) AllToAllv(ctx context.Context, send uintptr, sc, sd []int, recv u
 	return c.Group(ctx, ops)
 }
 
+// Gather runs as a group: a Send to root, and on root a Recv from every rank.
 func (c *Comm) Gather(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, _ uintptr) error {
 	ops := []collectives.P2P{{Kind: collectives.SendOp, Peer: root, Buf: send, Count: count, Type: dt}}
 	if c.rank == root {
@@ -95,6 +98,7 @@ func (c *Comm) Gather(ctx context.Context, send, recv uintptr, count int, dt col
 	return c.Group(ctx, ops)
 }
 
+// Scatter runs as a group: a Recv from root, and on root a Send to every rank.
 func (c *Comm) Scatter(ctx context.Context, send, recv uintptr, count int, dt collectives.DataType, root int, _ uintptr) error {
 	ops := []collectives.P2P{{Kind: collectives.RecvOp, Peer: root, Buf: recv, Count: count, Type: dt}}
 	if c.rank == root {

@@ -175,6 +175,7 @@ func (f *Fake) PeerAccessEnabled(ctx, peer cuda.Context) bool {
 
 // Contexts.
 
+// PrimaryCtxRetain is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) PrimaryCtxRetain(dev cuda.Device) (cuda.Context, error) {
 	if err := f.enter("PrimaryCtxRetain", Ctx(int(dev))); err != nil {
 		return 0, err
@@ -184,6 +185,7 @@ func (f *Fake) PrimaryCtxRetain(dev cuda.Device) (cuda.Context, error) {
 	return Ctx(int(dev)), nil
 }
 
+// PrimaryCtxRelease is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) PrimaryCtxRelease(dev cuda.Device) error {
 	if err := f.enter("PrimaryCtxRelease", Ctx(int(dev))); err != nil {
 		return err
@@ -199,6 +201,7 @@ func (f *Fake) PrimaryCtxRelease(dev cuda.Device) error {
 	return nil
 }
 
+// CtxEnablePeerAccess is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) CtxEnablePeerAccess(ctx, peer cuda.Context) error {
 	if err := f.enter("CtxEnablePeerAccess", ctx); err != nil {
 		return err
@@ -214,6 +217,7 @@ func (f *Fake) CtxEnablePeerAccess(ctx, peer cuda.Context) error {
 
 // cuMemAlloc memory and IPC.
 
+// MemAlloc is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemAlloc(ctx cuda.Context, size uint64) (cuda.DevicePtr, error) {
 	if err := f.enter("MemAlloc", ctx); err != nil {
 		return 0, err
@@ -229,6 +233,7 @@ func (f *Fake) MemAlloc(ctx cuda.Context, size uint64) (cuda.DevicePtr, error) {
 	return p, nil
 }
 
+// MemFree is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemFree(ctx cuda.Context, p cuda.DevicePtr) error {
 	if err := f.enter("MemFree", ctx); err != nil {
 		return err
@@ -249,6 +254,7 @@ func (f *Fake) MemFree(ctx cuda.Context, p cuda.DevicePtr) error {
 	return nil
 }
 
+// MemGetAddressRange is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemGetAddressRange(ctx cuda.Context, p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
 	if err := f.enter("MemGetAddressRange", ctx); err != nil {
 		return 0, 0, err
@@ -264,6 +270,7 @@ func (f *Fake) MemGetAddressRange(ctx cuda.Context, p cuda.DevicePtr) (cuda.Devi
 
 var ipcMagic = [8]byte{'F', 'A', 'K', 'E', 'I', 'P', 'C', 0}
 
+// IpcGetMemHandle is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) IpcGetMemHandle(ctx cuda.Context, p cuda.DevicePtr) (cuda.IpcMemHandle, error) {
 	var h cuda.IpcMemHandle
 	if err := f.enter("IpcGetMemHandle", ctx); err != nil {
@@ -280,6 +287,7 @@ func (f *Fake) IpcGetMemHandle(ctx cuda.Context, p cuda.DevicePtr) (cuda.IpcMemH
 	return h, nil
 }
 
+// IpcOpenMemHandle is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) IpcOpenMemHandle(ctx cuda.Context, h cuda.IpcMemHandle) (cuda.DevicePtr, error) {
 	if err := f.enter("IpcOpenMemHandle", ctx); err != nil {
 		return 0, err
@@ -306,6 +314,7 @@ func (f *Fake) IpcOpenMemHandle(ctx cuda.Context, h cuda.IpcMemHandle) (cuda.Dev
 	return m, nil
 }
 
+// IpcCloseMemHandle is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) IpcCloseMemHandle(ctx cuda.Context, p cuda.DevicePtr) error {
 	if err := f.enter("IpcCloseMemHandle", ctx); err != nil {
 		return err
@@ -325,6 +334,7 @@ func (f *Fake) IpcCloseMemHandle(ctx cuda.Context, p cuda.DevicePtr) error {
 
 // VMM.
 
+// MemGetAllocationGranularity is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemGetAllocationGranularity(prop *cuda.AllocProp, recommended bool) (uint64, error) {
 	if err := f.enter("MemGetAllocationGranularity", Ctx(int(prop.Device))); err != nil {
 		return 0, err
@@ -340,6 +350,7 @@ func (f *Fake) aligned(op string, size uint64) error {
 	return nil
 }
 
+// MemCreate is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemCreate(ctx cuda.Context, size uint64, prop *cuda.AllocProp) (cuda.MemHandle, error) {
 	if err := f.enter("MemCreate", ctx); err != nil {
 		return 0, err
@@ -366,6 +377,7 @@ func (f *Fake) unref(p *phys) {
 	}
 }
 
+// MemRelease is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemRelease(ctx cuda.Context, h cuda.MemHandle) error {
 	if err := f.enter("MemRelease", ctx); err != nil {
 		return err
@@ -389,6 +401,7 @@ func (f *Fake) MemRelease(ctx cuda.Context, h cuda.MemHandle) error {
 	return nil
 }
 
+// MemExportToFD is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemExportToFD(ctx cuda.Context, h cuda.MemHandle) (int, error) {
 	if err := f.enter("MemExportToFD", ctx); err != nil {
 		return -1, err
@@ -412,6 +425,7 @@ func (f *Fake) MemExportToFD(ctx cuda.Context, h cuda.MemHandle) (int, error) {
 	return fd, nil
 }
 
+// MemImportFromFD is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemImportFromFD(ctx cuda.Context, fd int) (cuda.MemHandle, error) {
 	if err := f.enter("MemImportFromFD", ctx); err != nil {
 		return 0, err
@@ -432,6 +446,7 @@ func (f *Fake) MemImportFromFD(ctx cuda.Context, fd int) (cuda.MemHandle, error)
 	return h, nil
 }
 
+// MemAddressReserve is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemAddressReserve(ctx cuda.Context, size, align uint64) (cuda.DevicePtr, error) {
 	if err := f.enter("MemAddressReserve", ctx); err != nil {
 		return 0, err
@@ -445,6 +460,7 @@ func (f *Fake) MemAddressReserve(ctx cuda.Context, size, align uint64) (cuda.Dev
 	return va, nil
 }
 
+// MemAddressFree is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemAddressFree(ctx cuda.Context, p cuda.DevicePtr, size uint64) error {
 	if err := f.enter("MemAddressFree", ctx); err != nil {
 		return err
@@ -461,6 +477,7 @@ func (f *Fake) MemAddressFree(ctx cuda.Context, p cuda.DevicePtr, size uint64) e
 	return nil
 }
 
+// MemMap is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemMap(ctx cuda.Context, p cuda.DevicePtr, size uint64, h cuda.MemHandle) error {
 	if err := f.enter("MemMap", ctx); err != nil {
 		return err
@@ -486,6 +503,7 @@ func (f *Fake) MemMap(ctx cuda.Context, p cuda.DevicePtr, size uint64, h cuda.Me
 	return nil
 }
 
+// MemUnmap is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemUnmap(ctx cuda.Context, p cuda.DevicePtr, size uint64) error {
 	if err := f.enter("MemUnmap", ctx); err != nil {
 		return err
@@ -501,6 +519,7 @@ func (f *Fake) MemUnmap(ctx cuda.Context, p cuda.DevicePtr, size uint64) error {
 	return nil
 }
 
+// MemSetAccess is cuda.Driver's, over the Fake's bookkeeping.
 func (f *Fake) MemSetAccess(ctx cuda.Context, p cuda.DevicePtr, size uint64, devices []cuda.Device) error {
 	if err := f.enter("MemSetAccess", ctx); err != nil {
 		return err

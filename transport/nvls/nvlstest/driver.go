@@ -99,6 +99,7 @@ func (d *Driver) named(name string, mc bool) string {
 	}
 }
 
+// MulticastGetGranularity is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MulticastGetGranularity(p *cuda.MulticastProp, recommended bool) (uint64, error) {
 	if err := d.Call("MulticastGetGranularity"); err != nil {
 		return 0, err
@@ -112,6 +113,7 @@ func (d *Driver) MulticastGetGranularity(p *cuda.MulticastProp, recommended bool
 	return d.Node.mcGran, nil
 }
 
+// MemGetAllocationGranularity is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemGetAllocationGranularity(p *cuda.AllocProp, recommended bool) (uint64, error) {
 	if err := d.Call("MemGetAllocationGranularity"); err != nil {
 		return 0, err
@@ -122,6 +124,7 @@ func (d *Driver) MemGetAllocationGranularity(p *cuda.AllocProp, recommended bool
 	return d.Node.vmmGran, nil
 }
 
+// MulticastCreate is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MulticastCreate(p *cuda.MulticastProp) (cuda.MemHandle, error) {
 	if err := d.enter("MulticastCreate"); err != nil {
 		return 0, err
@@ -136,6 +139,7 @@ func (d *Driver) MulticastCreate(p *cuda.MulticastProp) (cuda.MemHandle, error) 
 	return n.newHandle(o), nil
 }
 
+// MemExportToFD is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemExportToFD(ctx cuda.Context, h cuda.MemHandle) (int, error) {
 	if err := d.enterCtx("MemExportToFD", ctx); err != nil {
 		return -1, err
@@ -161,6 +165,7 @@ func (d *Driver) MemExportToFD(ctx cuda.Context, h cuda.MemHandle) (int, error) 
 	return fd, nil
 }
 
+// MemImportFromFD is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemImportFromFD(ctx cuda.Context, fd int) (cuda.MemHandle, error) {
 	if err := d.enterCtx("MemImportFromFD", ctx); err != nil {
 		return 0, err
@@ -178,6 +183,7 @@ func (d *Driver) MemImportFromFD(ctx cuda.Context, fd int) (cuda.MemHandle, erro
 	return n.newHandle(o), nil
 }
 
+// MulticastAddDevice is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MulticastAddDevice(mc cuda.MemHandle, dev cuda.Device) error {
 	if err := d.enter("MulticastAddDevice"); err != nil {
 		return err
@@ -195,6 +201,7 @@ func (d *Driver) MulticastAddDevice(mc cuda.MemHandle, dev cuda.Device) error {
 	return nil
 }
 
+// MemCreate is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemCreate(ctx cuda.Context, size uint64, p *cuda.AllocProp) (cuda.MemHandle, error) {
 	if err := d.enterCtx("MemCreate", ctx); err != nil {
 		return 0, err
@@ -207,6 +214,7 @@ func (d *Driver) MemCreate(ctx cuda.Context, size uint64, p *cuda.AllocProp) (cu
 	return n.newHandle(&Object{Size: size, dev: p.Device}), nil
 }
 
+// MulticastBindMem is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MulticastBindMem(mc cuda.MemHandle, mcOff uint64, mem cuda.MemHandle, memOff, size uint64) error {
 	if err := d.enter("MulticastBindMem"); err != nil {
 		return err
@@ -234,6 +242,7 @@ func (d *Driver) MulticastBindMem(mc cuda.MemHandle, mcOff uint64, mem cuda.MemH
 	return nil
 }
 
+// MulticastUnbind is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MulticastUnbind(mc cuda.MemHandle, dev cuda.Device, mcOff, size uint64) error {
 	if err := d.enter("MulticastUnbind"); err != nil {
 		return err
@@ -253,6 +262,7 @@ func (d *Driver) MulticastUnbind(mc cuda.MemHandle, dev cuda.Device, mcOff, size
 	return nil
 }
 
+// MemAddressReserve is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemAddressReserve(ctx cuda.Context, size, align uint64) (cuda.DevicePtr, error) {
 	if err := d.enterCtx("MemAddressReserve", ctx); err != nil {
 		return 0, err
@@ -269,6 +279,7 @@ func (d *Driver) MemAddressReserve(ctx cuda.Context, size, align uint64) (cuda.D
 	return cuda.DevicePtr(va), nil
 }
 
+// MemAddressFree is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemAddressFree(ctx cuda.Context, p cuda.DevicePtr, size uint64) error {
 	if err := d.enter("MemAddressFree"); err != nil {
 		return err
@@ -283,6 +294,7 @@ func (d *Driver) MemAddressFree(ctx cuda.Context, p cuda.DevicePtr, size uint64)
 	return nil
 }
 
+// MemMap is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemMap(ctx cuda.Context, p cuda.DevicePtr, size uint64, h cuda.MemHandle) error {
 	if err := d.enterCtx(d.named("MemMap", d.Node.IsMulticast(h)), ctx); err != nil {
 		return err
@@ -302,6 +314,7 @@ func (d *Driver) MemMap(ctx cuda.Context, p cuda.DevicePtr, size uint64, h cuda.
 	return nil
 }
 
+// MemUnmap is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemUnmap(ctx cuda.Context, p cuda.DevicePtr, size uint64) error {
 	n := d.Node
 	n.mu.Lock()
@@ -321,6 +334,7 @@ func (d *Driver) MemUnmap(ctx cuda.Context, p cuda.DevicePtr, size uint64) error
 	return nil
 }
 
+// MemSetAccess is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemSetAccess(ctx cuda.Context, p cuda.DevicePtr, size uint64, devs []cuda.Device) error {
 	if err := d.enter("MemSetAccess"); err != nil {
 		return err
@@ -334,6 +348,7 @@ func (d *Driver) MemSetAccess(ctx cuda.Context, p cuda.DevicePtr, size uint64, d
 	return nil
 }
 
+// MemRelease is cuda.Driver's: it records the call and fails when told to.
 func (d *Driver) MemRelease(ctx cuda.Context, h cuda.MemHandle) error {
 	if err := d.enter(d.named("MemRelease", d.Node.IsMulticast(h))); err != nil {
 		return err
