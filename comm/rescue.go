@@ -196,11 +196,12 @@ func (rp *rescuePoint) localRanks(members []int) []int {
 	return out
 }
 
-// respond answers, in the background, each of expected (parent ranks)
-// that dials in with the failed Shrink's list with verdict (a reject
-// payload), until all have been told, the next Shrink starts or the
-// communicator closes. Any other connection (a survivor trying again
-// already) is held for the next Shrink.
+// respond serves, in the background, each of expected (parent ranks)
+// that dials in after the failed Shrink: its connection is held for the
+// next Shrink, or answered with verdict (a reject payload) after holdFor,
+// until all have dialled, the next Shrink starts or the communicator
+// closes. Answering at once would give a survivor that already tries again
+// the failed attempt's verdict.
 func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected, list []int) {
 	tl, _ := rp.ln.(*net.TCPListener)
 	if len(expected) == 0 || verdict == nil || tl == nil {
@@ -229,8 +230,11 @@ func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected, list []int) {
 			case err != nil:
 				_ = conn.Close()
 			case want[rank] && slices.Equal(theirs, list):
-				_ = writeOnce(conn, kindReject, verdict)
-				_ = conn.Close()
+				// A late survivor of the failed Shrink, or one already
+				// trying again with the same list: they cannot be told
+				// apart. Held, it joins this rank's next Shrink if one
+				// starts within holdFor, else hears the verdict then.
+				rp.hold(pendingOpen{conn: conn, rank: rank, role: role, list: theirs}, verdict)
 				delete(want, rank)
 			default:
 				rp.hold(pendingOpen{conn: conn, rank: rank, role: role, list: theirs}, verdict)
