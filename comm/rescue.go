@@ -56,10 +56,15 @@ type pendingOpen struct {
 // openRescue listens and exchanges the addresses and node keys; collective
 // (one bootstrap AllGather). Failing to listen is not fatal: the rank has
 // no rescue point and a Shrink that needs it says why.
-func openRescue(ctx context.Context, b *tcpBootstrap, hostID string) (*rescuePoint, error) {
+// It listens on ifIP (GOCCL_SOCKET_IFNAME's choice) when valid, else on
+// the interface of the bootstrap's connections.
+func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, ifIP netip.Addr) (*rescuePoint, error) {
 	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic)}
+	if ifIP.IsValid() {
+		rp.ip = ifIP
+	}
 	if b.nranks > 1 {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(rp.ip, 0).String())
+		ln, err := listenOn(rp.ip)
 		if err != nil {
 			rp.why = err.Error()
 			b.log.Warn("goccl: no rescue listener: Shrink will not reach this rank", "rank", b.rank, "err", err)
