@@ -323,6 +323,11 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	// The host backend spans nodes (shared memory inside each, UCX
 	// between them); the others reach only the ranks of one node.
 	cfg.Nodes = rescue.nodes
+	if spec.rank == 0 {
+		// Once per communicator, before a layout the backend cannot serve
+		// fails init, so that the log shows it either way.
+		set.log.Info("goccl: nodes: "+nodeLayout(rescue.nodes), "nranks", spec.nranks)
+	}
 	if name != BackendHost {
 		if err := checkOneNode(rescue.nodes, spec.rank); err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -148,16 +149,7 @@ func nodeKey(hostID string) (string, error) {
 // NVLS) reach only the ranks of one node, and the GPU backend has no
 // engine between nodes yet.
 func checkOneNode(nodes []string, rank int) error {
-	var ids []topology.NodeID
-	for _, n := range nodes {
-		var id topology.NodeID
-		if b, err := hex.DecodeString(n); err == nil {
-			copy(id[:], b)
-		} else {
-			copy(id[:], n)
-		}
-		ids = append(ids, id)
-	}
+	ids := nodeIDs(nodes)
 	groups := topology.Nodes(ids)
 	if len(groups) <= 1 {
 		return nil
@@ -168,6 +160,37 @@ func checkOneNode(nodes []string, rank int) error {
 	}
 	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); this backend reaches only the ranks of one node (the host backend spans nodes over UCX; set GOCCL_HOSTID alike on every rank if they do share one machine)",
 		ErrSpansNodes, rank, len(groups), strings.Join(parts, "; "))
+}
+
+// nodeIDs reads the node keys the ranks exchanged (nodeKey's hex).
+func nodeIDs(nodes []string) []topology.NodeID {
+	ids := make([]topology.NodeID, 0, len(nodes))
+	for _, n := range nodes {
+		var id topology.NodeID
+		if b, err := hex.DecodeString(n); err == nil {
+			copy(id[:], b)
+		} else {
+			copy(id[:], n)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// nodeLayout describes which ranks share a node, for the INFO log:
+// "2 (node 0 = 3a5c1be4…: ranks 0,1; node 1 = …: ranks 2,3)".
+func nodeLayout(nodes []string) string {
+	ids := nodeIDs(nodes)
+	groups := topology.Nodes(ids)
+	parts := make([]string, len(groups))
+	for k, g := range groups {
+		rs := make([]string, len(g))
+		for i, r := range g {
+			rs[i] = strconv.Itoa(r)
+		}
+		parts[k] = fmt.Sprintf("node %d = %s…: ranks %s", k, ids[g[0]], strings.Join(rs, ","))
+	}
+	return fmt.Sprintf("%d (%s)", len(groups), strings.Join(parts, "; "))
 }
 
 // Rescue info: node length u8 | node | address.
