@@ -135,7 +135,8 @@ func systemIfaces() ([]netIface, error) {
 }
 
 // listenIP is the address goccl listens on where it chooses one itself
-// (a new unique id, rank 0 in file mode, the rescue listener): the
+// (a new unique id, rank 0 in file mode, the rescue listener and with it
+// the bootstrap listeners of Split's and Shrink's children): the
 // interface GOCCL_SOCKET_IFNAME names, else fallback. Without the setting
 // goccl cannot know before rendezvous whether the job spans nodes, so the
 // default stays the loopback (or, for the rescue listener, the interface

@@ -29,7 +29,7 @@ import (
 type rescuePoint struct {
 	ln    net.Listener // nil with one rank, or when listening failed (why)
 	why   string
-	ip    netip.Addr // the interface of this rank's bootstrap connections
+	ip    netip.Addr // GOCCL_SOCKET_IFNAME's interface, else that of this rank's bootstrap connections
 	addrs []string   // every rank's rescue address; "" when it has none
 	nodes []string   // every rank's node key
 	magic uint64     // opens rescue connections; derived from the job's magic
