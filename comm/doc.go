@@ -10,4 +10,9 @@
 // bootstrap (split.go); Shrink meets the survivors over the rescue
 // listeners every rank opens at init (rescue.go, shrink.go), so that it
 // works when the parent's bootstrap died with a rank.
+//
+// Where goccl chooses a listen address itself (a new unique id, the rescue
+// listeners and the children's bootstraps), GOCCL_SOCKET_IFNAME names the
+// interface (ifname.go); unset, it is the loopback. At init rank 0 logs
+// the node layout at INFO.
 package comm

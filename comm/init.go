@@ -72,11 +72,11 @@ func InitAll(ctx context.Context, devices []int, opts Options) ([]*Comm, error) 
 	if n == 0 || n > maxRanks {
 		return nil, fmt.Errorf("%w: InitAll with %d devices", collectives.ErrInvalidArgument, n)
 	}
-	id, err := NewUniqueID()
+	env := opts.env()
+	id, err := newUniqueIDOn(env[ifnameVar])
 	if err != nil {
 		return nil, err
 	}
-	env := opts.env()
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
 	// A rank that fails on its own (say, out of descriptors before it
@@ -214,7 +214,11 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 		id := spec.id
 		var ln net.Listener
 		if spec.filePath != "" {
-			if ln, err = net.Listen("tcp4", "127.0.0.1:0"); err == nil {
+			ip := loopback4
+			if set.ifIP.IsValid() {
+				ip = set.ifIP
+			}
+			if ln, err = listenOn(ip); err == nil {
 				id, err = NewUniqueIDAt(ln.Addr().(*net.TCPAddr).AddrPort())
 				if err == nil {
 					err = publishID(spec.filePath, id)
@@ -312,13 +316,18 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if factory == nil {
 		factory = defaultBackend
 	}
-	rescue, err := openRescue(ctx, boot, set.hostID)
+	rescue, err := openRescue(ctx, boot, set.hostID, set.ifIP)
 	if err != nil {
 		return nil, err
 	}
 	// The host backend spans nodes (shared memory inside each, UCX
 	// between them); the others reach only the ranks of one node.
 	cfg.Nodes = rescue.nodes
+	if spec.rank == 0 {
+		// Once per communicator, before a layout the backend cannot serve
+		// fails init, so that the log shows it either way.
+		set.log.Info("goccl: nodes: "+nodeLayout(rescue.nodes), "nranks", spec.nranks)
+	}
 	if name != BackendHost {
 		if err := checkOneNode(rescue.nodes, spec.rank); err != nil {
 			return nil, err

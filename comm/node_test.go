@@ -2,6 +2,9 @@ package comm
 
 import (
 	"context"
+	"encoding/hex"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/internal/syncbuf"
 	"github.com/goccl/goccl/internode/ucx"
+	"github.com/goccl/goccl/topology"
 )
 
 // Ranks on different nodes (here fake ones, by GOCCL_HOSTID): a backend
@@ -130,5 +135,92 @@ func TestSplitAcrossNodes(t *testing.T) {
 		require.NoError(t, errs[r], "rank %d", r)
 		// Colour 0: ranks 0 and 2; colour 1: ranks 1 and 3.
 		assert.Equal(t, []int64{int64(2*(r%2) + 2), 2 << 40}, sums[r], "rank %d", r)
+	}
+}
+
+func TestNodeLayout(t *testing.T) {
+	key := func(s string) string {
+		id := hashKey(s)
+		return hex.EncodeToString(id[:])
+	}
+	a, b := hashKey("a"), hashKey("b")
+	for _, tc := range []struct {
+		name  string
+		nodes []string
+		want  string
+	}{
+		{"one rank", []string{key("a")}, "1 (node 0 = " + a.String() + "…: ranks 0)"},
+		{"one node", []string{key("a"), key("a"), key("a")}, "1 (node 0 = " + a.String() + "…: ranks 0,1,2)"},
+		{"two nodes, interleaved", []string{key("b"), key("a"), key("b"), key("a")},
+			"2 (node 0 = " + b.String() + "…: ranks 0,2; node 1 = " + a.String() + "…: ranks 1,3)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, nodeLayout(tc.nodes))
+		})
+	}
+}
+
+// hashKey is the node id GOCCL_HOSTID=s gives, computed through the same
+// public function that the ranks use.
+func hashKey(s string) topology.NodeID {
+	src := topology.OSNodeSource
+	src.Getenv = func(k string) string {
+		if k == "GOCCL_HOSTID" {
+			return s
+		}
+		return ""
+	}
+	id, _, err := topology.LocalNode(src)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// GOCCL_DEBUG=INFO: rank 0 logs the node layout once per communicator,
+// also when the layout then fails init (a one-node backend across nodes).
+func TestNodeLayoutLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hostIDs []string
+		fails   bool
+		want    string
+	}{
+		{"one node", []string{"n", "n", "n"}, false, `msg="goccl: nodes: 1 (node 0 = ` + hashKey("n").String() + `…: ranks 0,1,2)" nranks=3`},
+		{"two nodes", []string{"p", "q", "p"}, true, `msg="goccl: nodes: 2 (node 0 = ` + hashKey("p").String() + `…: ranks 0,2; node 1 = ` + hashKey("q").String() + `…: ranks 1)" nranks=3`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncbuf.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			id, err := NewUniqueID()
+			require.NoError(t, err)
+			n := len(tc.hostIDs)
+			comms := make([]*Comm, n)
+			errs := make([]error, n)
+			var ff fakeFactory
+			var wg sync.WaitGroup
+			for r := range n {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					opts := Options{NewBackend: ff.New, Env: map[string]string{"GOCCL_HOSTID": tc.hostIDs[r]}, Logger: log, Timeout: 30 * time.Second}
+					comms[r], errs[r] = InitRank(context.Background(), id, n, r, opts)
+				}(r)
+			}
+			wg.Wait()
+			for r := range n {
+				if tc.fails {
+					// A rank may hear a peer's abort first: the text says why.
+					require.Error(t, errs[r], "rank %d", r)
+					assert.Contains(t, errs[r].Error(), "span 2 nodes", "rank %d", r)
+					continue
+				}
+				require.NoError(t, errs[r], "rank %d", r)
+				require.NoError(t, comms[r].Close())
+			}
+			out := logs.String()
+			assert.Equal(t, 1, strings.Count(out, "goccl: nodes:"), out)
+			assert.Contains(t, out, tc.want)
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -99,6 +100,7 @@ type settings struct {
 	hbInterval time.Duration
 	factory    BackendFactory
 	hostID     string           // GOCCL_HOSTID: names this rank's node in place of hostname and boot id
+	ifIP       netip.Addr       // GOCCL_SOCKET_IFNAME's interface address; invalid when unset
 	rec        recorderSettings // GOCCL_RECORDER_*, GOCCL_METRICS_ADDR (record.go)
 }
 
@@ -114,6 +116,14 @@ func (o *Options) resolve(env map[string]string) (settings, error) {
 	s := settings{backend: o.Backend, device: o.Device, timeout: o.Timeout, transport: o.Transport,
 		algo: o.Algo, check: o.Check, log: o.Logger, hbInterval: o.HeartbeatInterval, factory: o.NewBackend}
 	s.hostID = env["GOCCL_HOSTID"]
+	if v := env[ifnameVar]; strings.TrimSpace(v) != "" {
+		// Checked here, so that a setting that matches nothing fails
+		// before this rank meets any other.
+		var err error
+		if s.ifIP, err = listenIP(v, netip.Addr{}); err != nil {
+			return s, err
+		}
+	}
 	if s.backend == "" {
 		s.backend = strings.ToLower(env["GOCCL_BACKEND"])
 		if s.backend == "" {

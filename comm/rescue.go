@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ import (
 type rescuePoint struct {
 	ln    net.Listener // nil with one rank, or when listening failed (why)
 	why   string
-	ip    netip.Addr // the interface of this rank's bootstrap connections
+	ip    netip.Addr // GOCCL_SOCKET_IFNAME's interface, else that of this rank's bootstrap connections
 	addrs []string   // every rank's rescue address; "" when it has none
 	nodes []string   // every rank's node key
 	magic uint64     // opens rescue connections; derived from the job's magic
@@ -56,10 +57,15 @@ type pendingOpen struct {
 // openRescue listens and exchanges the addresses and node keys; collective
 // (one bootstrap AllGather). Failing to listen is not fatal: the rank has
 // no rescue point and a Shrink that needs it says why.
-func openRescue(ctx context.Context, b *tcpBootstrap, hostID string) (*rescuePoint, error) {
+// It listens on ifIP (GOCCL_SOCKET_IFNAME's choice) when valid, else on
+// the interface of the bootstrap's connections.
+func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, ifIP netip.Addr) (*rescuePoint, error) {
 	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic)}
+	if ifIP.IsValid() {
+		rp.ip = ifIP
+	}
 	if b.nranks > 1 {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(rp.ip, 0).String())
+		ln, err := listenOn(rp.ip)
 		if err != nil {
 			rp.why = err.Error()
 			b.log.Warn("goccl: no rescue listener: Shrink will not reach this rank", "rank", b.rank, "err", err)
@@ -143,16 +149,7 @@ func nodeKey(hostID string) (string, error) {
 // NVLS) reach only the ranks of one node, and the GPU backend has no
 // engine between nodes yet.
 func checkOneNode(nodes []string, rank int) error {
-	var ids []topology.NodeID
-	for _, n := range nodes {
-		var id topology.NodeID
-		if b, err := hex.DecodeString(n); err == nil {
-			copy(id[:], b)
-		} else {
-			copy(id[:], n)
-		}
-		ids = append(ids, id)
-	}
+	ids := nodeIDs(nodes)
 	groups := topology.Nodes(ids)
 	if len(groups) <= 1 {
 		return nil
@@ -163,6 +160,37 @@ func checkOneNode(nodes []string, rank int) error {
 	}
 	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); this backend reaches only the ranks of one node (the host backend spans nodes over UCX; set GOCCL_HOSTID alike on every rank if they do share one machine)",
 		ErrSpansNodes, rank, len(groups), strings.Join(parts, "; "))
+}
+
+// nodeIDs reads the node keys the ranks exchanged (nodeKey's hex).
+func nodeIDs(nodes []string) []topology.NodeID {
+	ids := make([]topology.NodeID, 0, len(nodes))
+	for _, n := range nodes {
+		var id topology.NodeID
+		if b, err := hex.DecodeString(n); err == nil {
+			copy(id[:], b)
+		} else {
+			copy(id[:], n)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// nodeLayout describes which ranks share a node, for the INFO log:
+// "2 (node 0 = 3a5c1be4…: ranks 0,1; node 1 = …: ranks 2,3)".
+func nodeLayout(nodes []string) string {
+	ids := nodeIDs(nodes)
+	groups := topology.Nodes(ids)
+	parts := make([]string, len(groups))
+	for k, g := range groups {
+		rs := make([]string, len(g))
+		for i, r := range g {
+			rs[i] = strconv.Itoa(r)
+		}
+		parts[k] = fmt.Sprintf("node %d = %s…: ranks %s", k, ids[g[0]], strings.Join(rs, ","))
+	}
+	return fmt.Sprintf("%d (%s)", len(groups), strings.Join(parts, "; "))
 }
 
 // Rescue info: node length u8 | node | address.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -51,12 +52,23 @@ type UniqueID [UniqueIDBytes]byte
 var ErrBadUniqueID = fmt.Errorf("%w: bad unique id", collectives.ErrInvalidArgument)
 
 // NewUniqueID makes an id for a job whose rank 0 runs on this node: rank
-// 0 will listen on a loopback port that is free now. The port is found by
-// binding and releasing it, so the id may be made in one process and used
-// by rank 0 in another; the kernel hands ephemeral ports out in turn, so
-// the window in which another program takes it is small.
+// 0 will listen on a port that is free now, on the first address of the
+// interface GOCCL_SOCKET_IFNAME names, else on the loopback (so a job
+// across nodes sets it, or gives rank 0's address in GOCCL_COMM_ID). The
+// port is found by binding and releasing it, so the id may be made in one
+// process and used by rank 0 in another; the kernel hands ephemeral ports
+// out in turn, so the window in which another program takes it is small.
 func NewUniqueID() (UniqueID, error) {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	return newUniqueIDOn(os.Getenv(ifnameVar))
+}
+
+// newUniqueIDOn is NewUniqueID with GOCCL_SOCKET_IFNAME's value given.
+func newUniqueIDOn(ifname string) (UniqueID, error) {
+	ip, err := listenIP(ifname, loopback4)
+	if err != nil {
+		return UniqueID{}, err
+	}
+	l, err := listenOn(ip)
 	if err != nil {
 		return UniqueID{}, fmt.Errorf("goccl: reserving a bootstrap port: %w", err)
 	}

@@ -26,8 +26,8 @@ const probeTimeout = 60 * time.Second
 // bench's are.
 const infoUsage = `usage: goccl info [--json]
 
-Prints what the runtime sees on this machine (CPU, NUMA nodes, GPUs, their
-links and capabilities) and what it would choose: the transport per way of
+Prints what the runtime sees on this machine (CPU, NUMA nodes, its node id,
+GPUs, their links and capabilities) and what it would choose: the transport per way of
 launching and the algorithms the backend can run.
 
 flags:
@@ -81,10 +81,23 @@ type infoChoice struct {
 // infoReport is `goccl info --json`.
 type infoReport struct {
 	Facts              *topology.Facts `json:"facts"`
+	Node               infoNode        `json:"node"`
 	Choices            []infoChoice    `json:"choices"`
 	Algorithms         []string        `json:"algorithms"`
 	AlgorithmSelection string          `json:"algorithm_selection"`
 }
+
+// infoNode is this machine's node identity, as every rank computes it at
+// init: ranks with equal ids are taken to share the machine.
+type infoNode struct {
+	ID    string `json:"id,omitempty"`   // the id's first 8 bytes in hex, as the logs print it
+	From  string `json:"from,omitempty"` // what was hashed
+	Error string `json:"error,omitempty"`
+}
+
+// infoNodeSource is what the node id is made of; tests replace the
+// hostname and boot id.
+var infoNodeSource = topology.OSNodeSource
 
 const (
 	modeSingle = "single_process"
@@ -98,6 +111,13 @@ func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
 	gate := func() (bool, string) { return nvls.Gate(getenv) }
 	forced := getenv("GOCCL_TRANSPORT")
 	rep := infoReport{Facts: f}
+	src := infoNodeSource
+	src.Getenv = getenv // GOCCL_HOSTID
+	if id, desc, err := topology.LocalNode(src); err != nil {
+		rep.Node.Error = err.Error()
+	} else {
+		rep.Node = infoNode{ID: id.String(), From: desc}
+	}
 	choose := func(mode string, place collectives.Placement) {
 		c := infoChoice{Mode: mode, Ranks: place.NRanks}
 		ch, err := collectives.ChooseTransport(f, place, forced, gate)
@@ -190,6 +210,11 @@ func renderText(w io.Writer, rep infoReport) {
 	}
 	for _, n := range f.NUMA {
 		fmt.Fprintf(w, "NUMA node %d: CPUs %s\n", n.ID, n.CPUList)
+	}
+	if rep.Node.Error != "" {
+		fmt.Fprintf(w, "Node: unknown: %s\n", rep.Node.Error)
+	} else {
+		fmt.Fprintf(w, "Node: %s (from %s)\n", rep.Node.ID, rep.Node.From)
 	}
 	for _, warn := range f.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)

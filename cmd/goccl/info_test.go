@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -228,4 +232,65 @@ func TestInfoMainFlags(t *testing.T) {
 	assert.Equal(t, 2, infoMain([]string{"--bogus"}))
 	assert.Equal(t, 2, infoMain([]string{"extra"}))
 	assert.Equal(t, 0, infoMain([]string{"-h"}), "help is not an error")
+}
+
+// goccl info prints this machine's node id and what it is made of, in
+// text and JSON; the id is checked against the hash computed here.
+func TestInfoNode(t *testing.T) {
+	short := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(sum[:8])
+	}
+	for _, tc := range []struct {
+		name     string
+		getenv   func(string) string
+		hostname func() (string, error)
+		boot     func(string) ([]byte, error)
+		id, from string
+		err      string
+	}{
+		{name: "GOCCL_HOSTID", getenv: env("GOCCL_HOSTID", "rack3-a"),
+			hostname: func() (string, error) { return "ignored", nil },
+			boot:     func(string) ([]byte, error) { return []byte("ignored\n"), nil },
+			id:       short("hostid:rack3-a"), from: "GOCCL_HOSTID=rack3-a"},
+		{name: "hostname and boot id", getenv: env(),
+			hostname: func() (string, error) { return "node17", nil },
+			boot:     func(string) ([]byte, error) { return []byte("5f1e0c2a-77aa\n"), nil },
+			id:       short("host:node17\x00boot:5f1e0c2a-77aa"), from: "hostname node17, boot id 5f1e0c2a-77aa"},
+		{name: "no boot id", getenv: env(),
+			hostname: func() (string, error) { return "node17", nil },
+			boot:     func(string) ([]byte, error) { return nil, fs.ErrNotExist },
+			id:       short("host:node17"), from: "hostname node17"},
+		{name: "no hostname", getenv: env(),
+			hostname: func() (string, error) { return "", errors.New("uts namespace gone") },
+			boot:     func(string) ([]byte, error) { return []byte("x"), nil },
+			err:      "uts namespace gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := infoNodeSource
+			t.Cleanup(func() { infoNodeSource = old })
+			infoNodeSource = topology.NodeSource{Getenv: func(string) string { return "poisoned" }, Hostname: tc.hostname, ReadFile: tc.boot}
+
+			text := render(t, topotest.NoGPU(), false, tc.getenv)
+			var rep struct {
+				Node struct {
+					ID    string `json:"id"`
+					From  string `json:"from"`
+					Error string `json:"error"`
+				} `json:"node"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(render(t, topotest.NoGPU(), true, tc.getenv)), &rep))
+			if tc.err != "" {
+				assert.Contains(t, text, "\nNode: unknown: ")
+				assert.Contains(t, text, tc.err)
+				assert.Contains(t, rep.Node.Error, tc.err)
+				assert.Empty(t, rep.Node.ID)
+				return
+			}
+			assert.Contains(t, text, "\nNode: "+tc.id+" (from "+tc.from+")\n")
+			assert.Equal(t, tc.id, rep.Node.ID)
+			assert.Equal(t, tc.from, rep.Node.From)
+			assert.Empty(t, rep.Node.Error)
+		})
+	}
 }
