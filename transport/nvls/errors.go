@@ -35,13 +35,13 @@ const (
 
 	// Teardown, in this order.
 	StepUnmapUC    Step = "MemUnmap(unicast)"
-	StepFreeUC     Step = "MemAddressFree(unicast)"
-	StepUnmapMC    Step = "MemUnmap(multicast)"
-	StepFreeMC     Step = "MemAddressFree(multicast)"
-	StepUnbind     Step = "MulticastUnbind"
-	StepReleaseMem Step = "MemRelease(memory)"
-	StepReleaseMC  Step = "MemRelease(multicast)"
-	StepCloseFD    Step = "close fd" // closing the multicast object's fd
+	StepFreeUC     Step = "MemAddressFree(unicast)"   // freeing the unicast view's address range
+	StepUnmapMC    Step = "MemUnmap(multicast)"       // unmapping the multicast view
+	StepFreeMC     Step = "MemAddressFree(multicast)" // freeing the multicast view's address range
+	StepUnbind     Step = "MulticastUnbind"           // unbinding this rank's memory from the multicast object
+	StepReleaseMem Step = "MemRelease(memory)"        // releasing this rank's physical memory
+	StepReleaseMC  Step = "MemRelease(multicast)"     // releasing the multicast object
+	StepCloseFD    Step = "close fd"                  // closing the multicast object's fd
 )
 
 var (
