@@ -34,7 +34,7 @@ const (
 	StepCloseBarrier   Step = "close barrier"                // Close's barrier: no rank unbinds while a peer may reach it
 
 	// Teardown, in this order.
-	StepUnmapUC    Step = "MemUnmap(unicast)"
+	StepUnmapUC    Step = "MemUnmap(unicast)"         // unmapping the unicast view
 	StepFreeUC     Step = "MemAddressFree(unicast)"   // freeing the unicast view's address range
 	StepUnmapMC    Step = "MemUnmap(multicast)"       // unmapping the multicast view
 	StepFreeMC     Step = "MemAddressFree(multicast)" // freeing the multicast view's address range
