@@ -261,11 +261,19 @@ func (r *Ring) Snapshot() Record {
 	if r == nil {
 		return Record{Version: recordVersion}
 	}
+	return r.SnapshotLast(len(r.ents))
+}
+
+// SnapshotLast is Snapshot of the last k calls at most.
+func (r *Ring) SnapshotLast(k int) Record {
+	if r == nil {
+		return Record{Version: recordVersion}
+	}
 	r.mu.Lock()
 	n, size := r.n, uint64(len(r.ents))
 	first := uint64(1)
-	if n > size {
-		first = n - size + 1
+	if keep := min(size, uint64(max(k, 0))); n > keep {
+		first = n - keep + 1
 	}
 	ents := make([]entry, 0, n-first+1)
 	for id := first; id <= n; id++ {
