@@ -63,7 +63,7 @@ type observer struct {
 	mu      sync.Mutex  // one file write at a time
 }
 
-// maxRecorderSize bounds the ring (about 90 bytes a call).
+// maxRecorderSize bounds the ring (112 bytes a call).
 const maxRecorderSize = 1 << 20
 
 // recorderWait bounds how long a failed call waits for the other ranks'
