@@ -63,7 +63,7 @@ type observer struct {
 	mu      sync.Mutex  // one file write at a time
 }
 
-// maxRecorderSize bounds the ring (about 90 bytes a call).
+// maxRecorderSize bounds the ring (112 bytes a call).
 const maxRecorderSize = 1 << 20
 
 // recorderWait bounds how long a failed call waits for the other ranks'
@@ -204,6 +204,9 @@ func isCallMismatch(err error) bool {
 func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 	c.recordAbort(cause)
 	recs := make([]*recorder.Record, c.size)
+	for _, rec := range closedRecords(c.obs.comm, c.size) {
+		recs[rec.Rank] = rec
+	}
 	for _, p := range liveComms() {
 		if p.obs.comm == c.obs.comm && p.rank < c.size && p.size == c.size {
 			rec := p.snapshot()
@@ -221,13 +224,13 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 	for {
 		missing := 0
 		for r := range recs {
-			if r == c.rank || (recs[r] != nil && recs[r].Reason == "abort") {
+			if r == c.rank || finalRecord(recs[r]) {
 				continue
 			}
 			if rec, err := recorder.ReadFile(filepath.Join(dir, recorder.FileName(r, c.obs.comm))); err == nil {
 				recs[r] = rec
 			}
-			if recs[r] == nil || recs[r].Reason != "abort" {
+			if !finalRecord(recs[r]) {
 				missing++
 			}
 		}
@@ -267,9 +270,22 @@ func (c *Comm) explainMismatch(ctx context.Context) string {
 	return recorder.Explain(c.size, recs, time.Now())
 }
 
-// stopRecorder unregisters c; called by Close.
+// stopRecorder unregisters c, keeping its last calls for the ranks of
+// this process that may still wait for it; called by Close.
 func (c *Comm) stopRecorder() {
 	if c.rec != nil {
-		unregister(c)
+		c.resolve()
+		rec := c.rec.SnapshotLast(recorderGather)
+		rec.Reason = "close"
+		if c.obs.aborted.Load() {
+			rec.Reason = "abort"
+		}
+		unregister(c, &rec)
 	}
+}
+
+// finalRecord reports whether rec is what its rank wrote last: it
+// aborted or closed, and writes no other.
+func finalRecord(rec *recorder.Record) bool {
+	return rec != nil && (rec.Reason == "abort" || rec.Reason == "close")
 }

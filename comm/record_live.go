@@ -30,6 +30,25 @@ var live struct {
 	sigs    chan os.Signal
 	srv     *http.Server
 	srvAddr string
+	// closed keeps the last records of communicators closed in this
+	// process (maxClosedRecords at most, newest last), for their peers
+	// here that still wait for them.
+	closed []*recorder.Record
+}
+
+const maxClosedRecords = 64
+
+// closedRecords are the kept records of closed ranks of communicator id.
+func closedRecords(id string, size int) []*recorder.Record {
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var out []*recorder.Record
+	for _, r := range live.closed {
+		if r.Comm == id && r.Size == size && r.Rank >= 0 && r.Rank < size {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func register(c *Comm) {
@@ -51,10 +70,14 @@ func register(c *Comm) {
 	}
 }
 
-func unregister(c *Comm) {
+func unregister(c *Comm, last *recorder.Record) {
 	live.mu.Lock()
 	defer live.mu.Unlock()
 	delete(live.comms, c)
+	if len(live.closed) == maxClosedRecords {
+		live.closed = append(live.closed[:0], live.closed[1:]...)
+	}
+	live.closed = append(live.closed, last)
 	if len(live.comms) > 0 {
 		return
 	}

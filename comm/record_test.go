@@ -267,3 +267,52 @@ func BenchmarkCallRecorder(b *testing.B) {
 		})
 	}
 }
+
+// TestRecorderNamesRecv: a rank waiting in a Recv (no call number) from a
+// peer that closes is named with the Recv, and the peer with its last
+// call, in the error's recorder line.
+func TestRecorderNamesRecv(t *testing.T) {
+	comms, err := InitAll(context.Background(), make([]int, 2), Options{Backend: BackendHost, Env: map[string]string{},
+		Logger: discardLogger(), Timeout: 60 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer comms[0].Close()
+	const calls = 4
+	small := make([][]float32, 2)
+	errs := eachComm(comms, func(c *Comm) error {
+		small[c.Rank()] = make([]float32, 16)
+		p := uintptr(unsafe.Pointer(&small[c.Rank()][0]))
+		for range calls {
+			if err := c.AllReduce(context.Background(), p, p, 16, Float32, Sum, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	buf := make([]int32, 1<<20) // 4 MiB
+	done := make(chan error, 1)
+	go func() { done <- comms[0].Recv(context.Background(), ptr32(buf), len(buf), Int32, 1, 0) }()
+	require.Eventually(t, func() bool {
+		rec := comms[0].Record()
+		return len(rec.Calls) == calls+1 && rec.Calls[calls].Call == "Recv"
+	}, 20*time.Second, time.Millisecond, "rank 0 entered its Recv")
+	require.NoError(t, comms[1].Close())
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Recv from a closed peer did not end")
+	}
+	runtime.KeepAlive(buf)
+	require.ErrorIs(t, err, ErrPeerClosed)
+	msg := err.Error()
+	t.Log(msg)
+	assert.Contains(t, msg, "flight recorder: rank 0 waits in a Recv from rank 1 (int32, 4 MiB)")
+	assert.Contains(t, msg, fmt.Sprintf("rank 1's last call: AllReduce #%d, finished, then it closed its communicator", calls))
+	assert.NotContains(t, msg, "no rank is in a call")
+	rec := comms[0].Record()
+	require.Len(t, rec.Calls, calls+1)
+	got := rec.Calls[calls]
+	assert.Equal(t, []any{"Recv", uint64(0), 1, "int32", int64(len(buf)), "failed"},
+		[]any{got.Call, got.Seq, got.Peer, got.Type, got.Count, got.State})
+}

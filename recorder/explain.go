@@ -35,6 +35,9 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 		}
 	}
 	if target == 0 {
+		if line := explainP2P(nranks, recs, now, noRecordWhy); line != "" {
+			return line
+		}
 		return explainIdle(nranks, recs)
 	}
 	var (
@@ -120,7 +123,9 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 		parts = append(parts, fmt.Sprintf("%s gave no record (%s)", ranks(noRecord), noRecordWhy))
 	}
 	for _, r := range notEntered {
-		if l, ok := last[r]; ok {
+		if w, ok := recs[r].P2PWait(); ok {
+			parts = append(parts, fmt.Sprintf("rank %d waits in a %s%s", r, w.Describe(), sinceCall(&w, now)))
+		} else if l, ok := last[r]; ok {
 			parts = append(parts, fmt.Sprintf("rank %d's last call: %s #%d, %s", r, l.Call, l.Seq, l.State))
 		} else {
 			parts = append(parts, fmt.Sprintf("rank %d made no call yet", r))
@@ -129,14 +134,82 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 	return strings.Join(parts, "; ")
 }
 
+// explainP2P is the line when no rank is in a numbered call but some wait
+// in Sends and Recvs, which take no number: who waits in what, and what
+// the peers they wait for did last.
+func explainP2P(nranks int, recs []*Record, now time.Time, noRecordWhy string) string {
+	var parts []string
+	waiting := map[int]bool{}
+	var peers []int
+	for r := 0; r < nranks && r < len(recs); r++ {
+		if recs[r] == nil {
+			continue
+		}
+		if w, ok := recs[r].P2PWait(); ok {
+			waiting[r] = true
+			parts = append(parts, fmt.Sprintf("rank %d waits in a %s%s", r, w.Describe(), sinceCall(&w, now)))
+			peers = append(peers, w.Peers()...)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	sort.Ints(peers)
+	var noRecord []int
+	for i, p := range peers {
+		if (i > 0 && peers[i-1] == p) || waiting[p] || p < 0 || p >= nranks {
+			continue
+		}
+		var rec *Record
+		if p < len(recs) {
+			rec = recs[p]
+		}
+		if rec == nil {
+			noRecord = append(noRecord, p)
+			continue
+		}
+		l, ok := rec.LastAny()
+		var s string
+		switch {
+		case !ok:
+			s = fmt.Sprintf("rank %d made no call yet", p)
+		case l.Seq > 0:
+			s = fmt.Sprintf("rank %d's last call: %s #%d, %s", p, l.Call, l.Seq, l.State)
+		default:
+			s = fmt.Sprintf("rank %d's last call: %s, %s", p, l.Describe(), l.State)
+		}
+		if rec.Reason == "close" {
+			s += ", then it closed its communicator"
+		}
+		parts = append(parts, s)
+	}
+	if len(noRecord) > 0 {
+		parts = append(parts, fmt.Sprintf("%s gave no record (%s)", ranks(noRecord), noRecordWhy))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// sinceCall says how long a call has waited, from its start.
+func sinceCall(c *Call, now time.Time) string {
+	t := c.Start
+	if t == 0 {
+		t = c.Enq
+	}
+	if d := now.Sub(time.Unix(0, t)); t != 0 && d >= 50*time.Millisecond {
+		return fmt.Sprintf(" since %.1f s", d.Seconds())
+	}
+	return ""
+}
+
 // explainIdle is the line when no rank is in a call.
 func explainIdle(nranks int, recs []*Record) string {
-	var parts, missing []string
+	var parts []string
+	var missing []int
 	byLast := map[string][]int{}
 	var keys []string
 	for r := 0; r < nranks; r++ {
 		if r >= len(recs) || recs[r] == nil {
-			missing = append(missing, strconv.Itoa(r))
+			missing = append(missing, r)
 			continue
 		}
 		k := "no call yet"
@@ -153,7 +226,7 @@ func explainIdle(nranks int, recs []*Record) string {
 		parts = append(parts, fmt.Sprintf("%s: last call %s", ranks(byLast[k]), k))
 	}
 	if len(missing) > 0 {
-		parts = append(parts, fmt.Sprintf("ranks %s gave no record", strings.Join(missing, ",")))
+		parts = append(parts, fmt.Sprintf("%s gave no record", ranks(missing)))
 	}
 	return strings.Join(parts, "; ")
 }

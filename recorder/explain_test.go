@@ -63,7 +63,7 @@ func TestExplain(t *testing.T) {
 		{"idle", []*Record{
 			rec(0, call("AllReduce", 2, "finished")), rec(1, call("AllReduce", 2, "finished")),
 			rec(2, call("AllReduce", 1, "finished")), nil,
-		}, "no rank is in a call; ranks 0 and 1: last call AllReduce #2, finished; rank 2: last call AllReduce #1, finished; ranks 3 gave no record"},
+		}, "no rank is in a call; ranks 0 and 1: last call AllReduce #2, finished; rank 2: last call AllReduce #1, finished; rank 3 gave no record"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,4 +90,52 @@ func TestExplainGroupRange(t *testing.T) {
 	recs := []*Record{rec(0, g), rec(1, g), rec(2, call("AllReduce", 4, "finished")), rec(3, g)}
 	assert.Equal(t, "rank 2 has not entered Group #5-7 (3 ops); ranks 0, 1 and 3 wait in it since 2.0 s; rank 2's last call: AllReduce #4, finished",
 		Explain(4, recs, t0.Add(2*time.Second)))
+}
+
+// Ranks waiting in Sends and Recvs, which take no call number, are named
+// with what they wait in, and their peers with their last calls.
+func TestExplainPointToPoint(t *testing.T) {
+	now := t0.Add(3 * time.Second)
+	p2p := func(kind string, peer int, state string) Call {
+		c := call(kind, 0, state)
+		c.Type, c.Peer = "int32", peer
+		return c
+	}
+	grp := Call{Call: "Group", Ops: 3, Type: "int32", Count: 256, Peer: -1, Sends: 2, Recvs: 1,
+		SendPeers: []int{1, 2}, RecvPeers: []int{1}, State: "failed", Start: t0.UnixNano()}
+	closed := rec(1, call("AllReduce", 4, "finished"))
+	closed.Reason = "close"
+	cases := []struct {
+		name   string
+		nranks int
+		recs   []*Record
+		want   string
+	}{
+		{"recv", 2, []*Record{
+			rec(0, call("AllReduce", 4, "finished"), p2p("Recv", 1, "failed")),
+			rec(1, call("AllReduce", 4, "finished")),
+		}, "rank 0 waits in a Recv from rank 1 (int32, 4 MiB) since 3.0 s; rank 1's last call: AllReduce #4, finished"},
+		{"send-peer-closed", 2, []*Record{
+			rec(0, p2p("Send", 1, "started")), closed,
+		}, "rank 0 waits in a Send to rank 1 (int32, 4 MiB) since 3.0 s; rank 1's last call: AllReduce #4, finished, then it closed its communicator"},
+		{"peer-no-record", 3, []*Record{
+			rec(0, p2p("Recv", 2, "failed")), rec(1, call("AllReduce", 1, "finished")), nil,
+		}, "rank 0 waits in a Recv from rank 2 (int32, 4 MiB) since 3.0 s; rank 2 gave no record (stopped, hung or dead)"},
+		{"peer-last-p2p", 2, []*Record{
+			rec(0, p2p("Recv", 1, "failed")), rec(1, p2p("Send", 0, "finished")),
+		}, "rank 0 waits in a Recv from rank 1 (int32, 4 MiB) since 3.0 s; rank 1's last call: Send to rank 0 (int32, 4 MiB), finished"},
+		{"group", 3, []*Record{
+			rec(0, grp), rec(1, p2p("Recv", 0, "started")), rec(2),
+		}, "rank 0 waits in a Group (3 ops: 2 Sends to ranks 1 and 2, 1 Recv from rank 1; int32) since 3.0 s; " +
+			"rank 1 waits in a Recv from rank 0 (int32, 4 MiB) since 3.0 s; rank 2 made no call yet"},
+		{"behind-numbered", 2, []*Record{
+			rec(0, call("AllReduce", 5, "started")),
+			rec(1, call("AllReduce", 4, "finished"), p2p("Recv", 0, "started")),
+		}, "rank 1 has not entered AllReduce #5 (float32, 4 MiB); rank 0 waits in it since 3.0 s; rank 1 waits in a Recv from rank 0 (int32, 4 MiB) since 3.0 s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Explain(tc.nranks, tc.recs, now))
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -41,20 +42,32 @@ type Call struct {
 	Bytes   int64  `json:"bytes"`         // nccl-tests' size of the call
 	Peer    int    `json:"peer"`          // peer or root; -1 none
 	Ops     int    `json:"ops,omitempty"` // a group's operations
-	Stream  string `json:"stream"`        // the stream's handle, hex
-	State   string `json:"state"`         // enqueued, started, finished, failed
-	Slot    int    `json:"device_slot"`   // where a device writes the call's timestamps
-	Enq     int64  `json:"enqueue_ns"`    // handed to the backend
-	Start   int64  `json:"start_ns"`      // started (on the device, for GPUs)
-	Finish  int64  `json:"finish_ns"`     // finished
+	// A group's Sends and Recvs and their peers (ranks below 64; Far...
+	// says some peer is beyond).
+	Sends     int    `json:"sends,omitempty"`
+	Recvs     int    `json:"recvs,omitempty"`
+	SendPeers []int  `json:"send_peers,omitempty"`
+	RecvPeers []int  `json:"recv_peers,omitempty"`
+	FarSends  bool   `json:"far_send_peers,omitempty"`
+	FarRecvs  bool   `json:"far_recv_peers,omitempty"`
+	Stream    string `json:"stream"`      // the stream's handle, hex
+	State     string `json:"state"`       // enqueued, started, finished, failed
+	Slot      int    `json:"device_slot"` // where a device writes the call's timestamps
+	Enq       int64  `json:"enqueue_ns"`  // handed to the backend
+	Start     int64  `json:"start_ns"`    // started (on the device, for GPUs)
+	Finish    int64  `json:"finish_ns"`   // finished
 }
 
 func (e *entry) export(w wallConv, slot int) Call {
 	c := Call{ID: e.id, Seq: e.seq, SeqLast: e.last, Call: e.kind.String(), Count: e.count, Bytes: e.bytes, Peer: int(e.peer),
 		Ops: int(e.ops), Stream: "0x" + strconv.FormatUint(uint64(e.stream), 16), State: e.state.String(), Slot: slot,
 		Enq: w.at(e.enq), Start: w.at(e.beg), Finish: w.at(e.fin)}
-	if e.kind != Group {
+	if e.kind != Group || e.sends+e.recvs > 0 {
 		c.Type = typeName(collectives.DataType(e.dtype))
+	}
+	if e.kind == Group {
+		c.Sends, c.Recvs, c.FarSends, c.FarRecvs = int(e.sends), int(e.recvs), e.far&1 != 0, e.far&2 != 0
+		c.SendPeers, c.RecvPeers = maskRanks(e.sendTo), maskRanks(e.recvFrom)
 	}
 	if e.kind == AllReduce || e.kind == Reduce || e.kind == ReduceScatter {
 		c.Op = collectives.Op(e.op).String()
@@ -86,8 +99,22 @@ func (c *Call) Describe() string {
 	k := c.Kind()
 	var d string
 	switch k {
+	case Send:
+		return fmt.Sprintf("%s to rank %d (%s, %s)", s, c.Peer, c.Type, FormatBytes(c.Count*int64(typeSize(c.Type))))
+	case Recv:
+		return fmt.Sprintf("%s from rank %d (%s, %s)", s, c.Peer, c.Type, FormatBytes(c.Count*int64(typeSize(c.Type))))
 	case Group:
 		d = fmt.Sprintf("%d ops", c.Ops)
+		var pp []string
+		if c.Sends > 0 {
+			pp = append(pp, fmt.Sprintf("%d %s to %s", c.Sends, plural(c.Sends, "Send", "Sends"), peerSet(c.SendPeers, c.FarSends)))
+		}
+		if c.Recvs > 0 {
+			pp = append(pp, fmt.Sprintf("%d %s from %s", c.Recvs, plural(c.Recvs, "Recv", "Recvs"), peerSet(c.RecvPeers, c.FarRecvs)))
+		}
+		if len(pp) > 0 {
+			d += ": " + strings.Join(pp, ", ") + "; " + c.Type
+		}
 	default:
 		d = c.Type + ", " + FormatBytes(c.Count*int64(typeSize(c.Type)))
 	}
@@ -100,6 +127,55 @@ func (c *Call) Describe() string {
 		d += fmt.Sprintf(", from rank %d", c.Peer)
 	}
 	return s + " (" + d + ")"
+}
+
+// Peers are the ranks the call waits for: its peer, or a group's Sends'
+// and Recvs' (below rank 64).
+func (c *Call) Peers() []int {
+	switch c.Kind() {
+	case Send, Recv:
+		return []int{c.Peer}
+	case Group:
+		return maskRanks(maskOf(c.SendPeers) | maskOf(c.RecvPeers))
+	}
+	return nil
+}
+
+func peerSet(rs []int, far bool) string {
+	switch {
+	case len(rs) == 0:
+		return "ranks beyond 63"
+	case far:
+		return ranks(rs) + " and ranks beyond 63"
+	}
+	return ranks(rs)
+}
+
+func maskRanks(m uint64) []int {
+	var rs []int
+	for r := 0; m != 0; r, m = r+1, m>>1 {
+		if m&1 != 0 {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func maskOf(rs []int) uint64 {
+	var m uint64
+	for _, r := range rs {
+		if r >= 0 && r < 64 {
+			m |= 1 << uint(r)
+		}
+	}
+	return m
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func typeSize(name string) int {
@@ -140,6 +216,25 @@ func (r *Record) Last() (Call, bool) {
 		if r.Calls[i].Seq > 0 {
 			return r.Calls[i], true
 		}
+	}
+	return Call{}, false
+}
+
+// P2PWait returns the unnumbered point-to-point call (a Send, Recv or
+// an application's group of them) the rank is in, if its last call is one.
+func (r *Record) P2PWait() (Call, bool) {
+	if n := len(r.Calls); n > 0 {
+		if c := r.Calls[n-1]; c.Seq == 0 && c.StateOf().InProgress() {
+			return c, true
+		}
+	}
+	return Call{}, false
+}
+
+// LastAny returns the last call, numbered or not, and whether there is one.
+func (r *Record) LastAny() (Call, bool) {
+	if n := len(r.Calls); n > 0 {
+		return r.Calls[n-1], true
 	}
 	return Call{}, false
 }

@@ -55,10 +55,15 @@ type entry struct {
 	enq, beg, fin int64 // ticks; 0 unknown
 	peer          int32 // peer or root; -1 none
 	ops           int32 // a group's operations
-	kind          Kind
-	dtype         int8
-	op            int8
-	state         State
+	sends, recvs  int32 // a group's Sends and Recvs
+	// The peers of a group's Sends and Recvs, a bit per rank below 64;
+	// far's bit 0 (1) says some Send's (Recv's) peer is beyond.
+	sendTo, recvFrom uint64
+	far              uint8
+	kind             Kind
+	dtype            int8
+	op               int8
+	state            State
 }
 
 // New makes a ring; nil when cfg.Size <= 0.
@@ -116,8 +121,19 @@ func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
 	}
 	for i := range g.P2P {
 		p := &g.P2P[i]
+		bit, far := uint64(1)<<(uint(p.Peer)&63), uint8(0)
+		if p.Peer >= 64 {
+			bit, far = 0, 1
+		}
 		if p.Kind == collectives.SendOp {
 			e.bytes += int64(p.Bytes())
+			e.sends++
+			e.sendTo |= bit
+			e.far |= far
+		} else {
+			e.recvs++
+			e.recvFrom |= bit
+			e.far |= far << 1
 		}
 	}
 	for i := range g.Colls {
@@ -245,11 +261,19 @@ func (r *Ring) Snapshot() Record {
 	if r == nil {
 		return Record{Version: recordVersion}
 	}
+	return r.SnapshotLast(len(r.ents))
+}
+
+// SnapshotLast is Snapshot of the last k calls at most.
+func (r *Ring) SnapshotLast(k int) Record {
+	if r == nil {
+		return Record{Version: recordVersion}
+	}
 	r.mu.Lock()
 	n, size := r.n, uint64(len(r.ents))
 	first := uint64(1)
-	if n > size {
-		first = n - size + 1
+	if keep := min(size, uint64(max(k, 0))); n > keep {
+		first = n - keep + 1
 	}
 	ents := make([]entry, 0, n-first+1)
 	for id := first; id <= n; id++ {

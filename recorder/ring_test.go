@@ -216,3 +216,32 @@ func TestResolveDeviceTimes(t *testing.T) {
 	assert.Equal(t, uint64(2), st[0].Count)
 	assert.Equal(t, 25*time.Microsecond, st[0].Total)
 }
+
+// A plain group keeps its Sends' and Recvs' counts and peers; a lone
+// Recv its peer and size.
+func TestRecordPlainGroupPeers(t *testing.T) {
+	r := testRing(8, false)
+	g := collectives.Group{P2P: []collectives.P2P{
+		{Kind: collectives.SendOp, Peer: 2, Buf: 64, Count: 8, Type: collectives.Int32},
+		{Kind: collectives.RecvOp, Peer: 1, Buf: 64, Count: 8, Type: collectives.Int32},
+		{Kind: collectives.SendOp, Peer: 70, Buf: 64, Count: 8, Type: collectives.Int32},
+		{Kind: collectives.SendOp, Peer: 1, Buf: 64, Count: 8, Type: collectives.Int32},
+	}}
+	r.BeginGroup(&g)
+	one := collectives.Group{P2P: []collectives.P2P{{Kind: collectives.RecvOp, Peer: 3, Buf: 64, Count: 1 << 20, Type: collectives.Int32}}}
+	r.BeginGroup(&one)
+	calls := r.Snapshot().Calls
+	require.Len(t, calls, 2)
+	c := calls[0]
+	assert.Equal(t, "Group", c.Call)
+	assert.Equal(t, 3, c.Sends)
+	assert.Equal(t, 1, c.Recvs)
+	assert.Equal(t, []int{1, 2}, c.SendPeers)
+	assert.Equal(t, []int{1}, c.RecvPeers)
+	assert.True(t, c.FarSends)
+	assert.False(t, c.FarRecvs)
+	assert.Equal(t, []int{1, 2}, c.Peers())
+	assert.Equal(t, "Group (4 ops: 3 Sends to ranks 1 and 2 and ranks beyond 63, 1 Recv from rank 1; int32)", c.Describe())
+	assert.Equal(t, "Recv from rank 3 (int32, 4 MiB)", calls[1].Describe())
+	assert.Equal(t, []int{3}, calls[1].Peers())
+}
