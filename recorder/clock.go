@@ -108,7 +108,7 @@ func (c *clock) wall() wallConv {
 }
 
 // ticksAt converts wall-clock nanoseconds to ticks, at the calibrated
-// rate (device times are wall-clock).
+// rate (GPU timestamps are wall-clock).
 func (c *clock) ticksAt(wallNs int64) int64 {
 	d := wallNs - c.wall0.UnixNano()
 	// ticks = d / (mul / 2^32)

@@ -13,7 +13,7 @@ const DefaultSize = 2000
 type Config struct {
 	Size int // entries kept; <= 0 turns the recorder off (New returns nil)
 	// Async is set for backends whose Run enqueues work and returns
-	// (GPUs): calls stay Enqueued until Complete gives their device times.
+	// (GPUs): calls stay Enqueued until Complete gives their GPU timestamps.
 	Async bool
 	Meta  Meta
 }
@@ -222,7 +222,7 @@ type DeviceClock interface {
 	CallTimes(seq uint64) (start, finish int64, ok bool)
 }
 
-// Resolve completes the enqueued numbered calls whose device times dc
+// Resolve completes the enqueued numbered calls whose GPU timestamps dc
 // knows; readers call it before Snapshot and Stats.
 func (r *Ring) Resolve(dc DeviceClock) {
 	if r == nil || dc == nil {
