@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/transport"
 )
 
 // Config tunes the host backend. The zero value is ready to use; the
@@ -137,4 +139,30 @@ func describeAgreed(b []byte) string {
 	}
 	return fmt.Sprintf("staging %d, one-shot limit %d, algorithm %s",
 		binary.LittleEndian.Uint64(b[1:]), binary.LittleEndian.Uint64(b[9:]), algo)
+}
+
+// agreeConfig resolves cfg for n ranks and checks, through one bootstrap
+// AllGather, that every rank has the same: a rank whose own settings are
+// bad fails every rank, naming it.
+func agreeConfig(ctx context.Context, b transport.Bootstrap, cfg Config) (Config, error) {
+	rank, n := b.Rank(), b.Size()
+	cfg, cerr := cfg.resolve(n)
+	mine := agreed(cfg, cerr)
+	all, err := b.AllGather(ctx, mine)
+	if cerr != nil {
+		return cfg, cerr
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("agree on configuration: %w", err)
+	}
+	for r, got := range all {
+		if len(got) > 0 && got[0] == 1 {
+			return cfg, fmt.Errorf("%w: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
+		}
+		if string(got) != string(mine) {
+			return cfg, fmt.Errorf("%w: rank %d has %s, rank %d has %s",
+				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
+		}
+	}
+	return cfg, nil
 }

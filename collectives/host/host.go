@@ -55,23 +55,9 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	if len(cfg.Nodes) > 0 && spansNodes(cfg.Nodes) {
 		return newMulti(ctx, b, cfg)
 	}
-	cfg, cerr := cfg.resolve(n)
-	mine := agreed(cfg, cerr)
-	all, err := b.AllGather(ctx, mine)
-	if cerr != nil {
-		return nil, cerr
-	}
+	cfg, err := agreeConfig(ctx, b, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("agree on configuration: %w", err)
-	}
-	for r, got := range all {
-		if len(got) > 0 && got[0] == 1 {
-			return nil, fmt.Errorf("%w: rank %d: %s", collectives.ErrInvalidArgument, r, got[1:])
-		}
-		if string(got) != string(mine) {
-			return nil, fmt.Errorf("%w: rank %d has %s, rank %d has %s",
-				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
-		}
+		return nil, err
 	}
 	spins, napFor, err := waitPolicy(ctx, b)
 	if err != nil {

@@ -84,20 +84,9 @@ func newMulti(ctx context.Context, b transport.Bootstrap, cfg Config) (collectiv
 	if len(cfg.Nodes) != n {
 		return nil, fmt.Errorf("%w: %d node keys for %d ranks", collectives.ErrInvalidArgument, len(cfg.Nodes), n)
 	}
-	rcfg, cerr := cfg.resolve(n)
-	mine := agreed(rcfg, cerr)
-	all, err := b.AllGather(ctx, mine)
-	if cerr != nil {
-		return nil, cerr
-	}
+	rcfg, err := agreeConfig(ctx, b, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("agree on configuration: %w", err)
-	}
-	for r, got := range all {
-		if string(got) != string(mine) {
-			return nil, fmt.Errorf("%w: rank %d has %s, rank %d has %s",
-				collectives.ErrInvalidArgument, r, describeAgreed(got), rank, describeAgreed(mine))
-		}
+		return nil, err
 	}
 	m := &multi{rank: rank, n: n, cfg: rcfg, boot: b, sent: make([]uint64, n), rcvd: make([]uint64, n),
 		peerOff: make([]atomic.Bool, n), srcs: make([][]byte, n)}
