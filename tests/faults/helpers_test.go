@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,4 +95,18 @@ func (tg *tagged) rankLines(rank int) []string {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	return append([]string(nil), tg.lines[rank]...)
+}
+
+// killInLoop waits until every rank of j is in its loop (ITER0, within
+// ready), SIGKILLs victim and returns the survivors' FAILED lines with
+// their times from the kill.
+func (j *job) killInLoop(t *testing.T, victim int, ready time.Duration) []failure {
+	t.Helper()
+	for _, p := range j.ranks {
+		p.expect(t, "ITER0", ready)
+	}
+	time.Sleep(50 * time.Millisecond) // well inside the loop
+	t0 := time.Now()
+	require.NoError(t, j.ranks[victim].cmd.Process.Signal(syscall.SIGKILL))
+	return j.survivors(t, victim, "FAILED", t0, 10*time.Second)
 }

@@ -110,13 +110,7 @@ func TestKillDuringCollective(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/count=%d/victim=%d", tc.coll, tc.count, tc.victim), func(t *testing.T) {
 			j := startJob(t, nranks, []string{"FAULTS_COLL=" + tc.coll, "FAULTS_COUNT=" + strconv.Itoa(tc.count),
 				"FAULTS_HB=200ms", "GOCCL_TIMEOUT=30s"}, nil)
-			for _, p := range j.ranks {
-				p.expect(t, "ITER0", 20*time.Second)
-			}
-			time.Sleep(50 * time.Millisecond) // well inside the loop
-			t0 := time.Now()
-			require.NoError(t, j.ranks[tc.victim].cmd.Process.Signal(syscall.SIGKILL))
-			fs := j.survivors(t, tc.victim, "FAILED", t0, 10*time.Second)
+			fs := j.killInLoop(t, tc.victim, 20*time.Second)
 			for _, f := range fs {
 				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
 				assert.Equal(t, "true", field(f.line, "aborted"), f.line)

@@ -66,7 +66,13 @@ type proc struct {
 // spawn starts the test binary in child mode with env added.
 func spawn(t *testing.T, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return startProc(t, exec.Command(os.Args[0], "-test.run=^$"), env)
+}
+
+// startProc starts cmd (the test binary as a child) with env added, its
+// stdout read line by line and its stderr logged; killed at cleanup.
+func startProc(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = &prefixWriter{t: t}
 	out, err := cmd.StdoutPipe()

@@ -3,12 +3,10 @@ package faults
 import (
 	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/internode/ucx"
 )
@@ -49,13 +47,7 @@ func TestKillAcrossNodes(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/count=%d/nranks=%d/victim=%d", tc.coll, tc.count, tc.nranks, tc.victim), func(t *testing.T) {
 			j := startJob(t, tc.nranks, []string{"FAULTS_COLL=" + tc.coll, "FAULTS_COUNT=" + strconv.Itoa(tc.count),
 				"FAULTS_HB=200ms", "GOCCL_TIMEOUT=30s", "GOCCL_BACKEND=host", "UCX_TLS=tcp,self"}, onFakeNodes(tc.nranks, 2))
-			for _, p := range j.ranks {
-				p.expect(t, "ITER0", 30*time.Second)
-			}
-			time.Sleep(50 * time.Millisecond) // well inside the loop
-			t0 := time.Now()
-			require.NoError(t, j.ranks[tc.victim].cmd.Process.Signal(syscall.SIGKILL))
-			fs := j.survivors(t, tc.victim, "FAILED", t0, 10*time.Second)
+			fs := j.killInLoop(t, tc.victim, 30*time.Second)
 			for _, f := range fs {
 				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
 				assert.Contains(t, rest(f.line, "err"), fmt.Sprintf("rank %d failed", tc.victim), f.line)

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bufio"
 	"fmt"
 	"net/netip"
 	"os"
@@ -20,24 +19,7 @@ import (
 // spawnIn is spawn with the child inside namespace ns.
 func spawnIn(t *testing.T, nodes *twonodes.Nodes, node int, env ...string) *proc {
 	t.Helper()
-	cmd := nodes.Command(node, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = &prefixWriter{t: t}
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	p := &proc{cmd: cmd, lines: make(chan string, 256), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(p.kill)
-	return p
+	return startProc(t, nodes.Command(node, os.Args[0], "-test.run=^$"), env)
 }
 
 // Two nodes of two ranks in two network namespaces (the host backend,
