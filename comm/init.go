@@ -308,7 +308,8 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 			return nil, fmt.Errorf("%w: rank %d: device %d, but %d CUDA devices are visible", collectives.ErrInvalidArgument, spec.rank, device, count)
 		}
 	}
-	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log}
+	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log,
+		Recorder: set.rec.size}
 	if set.timeoutSet {
 		cfg.Timeout = set.timeout
 	}
@@ -374,7 +375,8 @@ func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfi
 	case BackendHost:
 		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes})
 	case BackendGPU:
-		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger})
+		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger,
+			Stamps: cfg.Recorder})
 	}
 	return nil, fmt.Errorf("%w: backend %q", collectives.ErrInvalidArgument, cfg.Name)
 }

@@ -79,6 +79,9 @@ type BackendConfig struct {
 	// Nodes names every rank's node (equal keys: one machine), as init
 	// learned them; the host backend spans nodes with it.
 	Nodes []string
+	// Recorder is the flight recorder's ring size (0: off); the GPU
+	// backend gives its kernels a timestamp table of that many calls.
+	Recorder int
 }
 
 // BackendFactory builds one rank's backend; it is collective.

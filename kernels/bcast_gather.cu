@@ -61,9 +61,13 @@ __device__ void allgather_oneshot(const Params& p) {
 
 extern "C" __global__ void __launch_bounds__(goccl::kThreads) goccl_broadcast_oneshot(goccl::Params p) {
   goccl::grid_dep_sync();
+  goccl::stamp_begin(p);
   goccl::broadcast_oneshot(p);
+  goccl::stamp_end(p);
 }
 extern "C" __global__ void __launch_bounds__(goccl::kThreads) goccl_allgather_oneshot(goccl::Params p) {
   goccl::grid_dep_sync();
+  goccl::stamp_begin(p);
   goccl::allgather_oneshot(p);
+  goccl::stamp_end(p);
 }

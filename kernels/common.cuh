@@ -73,7 +73,7 @@ struct Params {
   u32 blockSlots;        // 168: staging slots per (half, source): the grid the staging was laid out for
   u32 shareBytes;        // 172: a block's share of a round is cut to a multiple of this (a power of 2, >= 16)
   u64 seq;               // 176: the call's number on the communicator (Args.Seq); 0: not checked
-  u64 reserved[6];       // 184: (unused)
+  u64 reserved[6];       // 184: [0] the call's Stamp (host-mapped; 0: none); [1..5] see the kernels that use them
   u64 slotBytes;         // 232: staging bytes per (half, source, block)
   i32 rank;              // 240
   i32 nranks;            // 244
@@ -100,6 +100,7 @@ GOCCL_PARAM_AT(peerStaging, 104)
 GOCCL_PARAM_AT(blockSlots, 168)
 GOCCL_PARAM_AT(shareBytes, 172)
 GOCCL_PARAM_AT(seq, 176)
+GOCCL_PARAM_AT(reserved, 184)
 GOCCL_PARAM_AT(slotBytes, 232)
 GOCCL_PARAM_AT(rank, 240)
 GOCCL_PARAM_AT(nranks, 244)
@@ -472,6 +473,46 @@ struct Ctx {
   }
 };
 
+// ---- device timestamps (the flight recorder) -------------------------------
+
+// Stamp is one call's slot in the host-mapped table collectives/gpu
+// (stamps.go) reads: %globaltimer when the kernel started and when its last
+// block finished, then the call's number, written last, which says the two
+// belong to that call. Params.reserved[0] points at it; 0 stores nothing.
+struct Stamp {
+  u64 start;  //  0
+  u64 end;    //  8
+  u64 seq;    // 16: 0 while the call runs
+  u64 unused; // 24
+};
+// kStampCountOffset: a u32 in the signal area counting the blocks of the
+// running launch that are done; the last one resets it for the next.
+constexpr u64 kStampCountOffset = 30 << 10;
+
+// stamp_begin: one thread of block 0, before any work (after grid_dep_sync:
+// a launch that got onto the SMs early has not started until then).
+__device__ __forceinline__ void stamp_begin(const Params& p) {
+  if (p.reserved[0] == 0 || blockIdx.x != 0 || threadIdx.x != 0) return;
+  Stamp* s = (Stamp*)p.reserved[0];
+  st8(&s->seq, 0);
+  st8(&s->start, globaltimer());
+}
+// stamp_end: the last block to finish stores the end, so that the end is
+// the kernel's even where blocks finish at different times (block 0 after
+// a final barrier would miss the work its peers' blocks do after theirs).
+// Costs every block one barrier and one L2 atomic, and only when stamping.
+__device__ __forceinline__ void stamp_end(const Params& p) {
+  if (p.reserved[0] == 0) return;
+  bar_sync();  // every thread of the block is done
+  if (threadIdx.x != 0) return;
+  u32* n = (u32*)(p.signals + kStampCountOffset);
+  if (atom_add_acq_rel_gpu(n, 1) != gridDim.x - 1) return;
+  *(volatile u32*)n = 0;
+  Stamp* s = (Stamp*)p.reserved[0];
+  st8(&s->end, globaltimer());
+  st8(&s->seq, p.seq);
+}
+
 __device__ __forceinline__ u64 min64(u64 a, u64 b) { return a < b ? a : b; }
 __device__ __forceinline__ u64 ceil_div(u64 a, u64 b) { return (a + b - 1) / b; }
 __device__ __forceinline__ u64 round_up(u64 a, u64 b) { return ceil_div(a, b) * b; }
@@ -502,12 +543,15 @@ __device__ __forceinline__ u64 chunk_elems(const Params& p, u64 total, u64 elem)
 // GOCCL_KERNEL defines the exported kernel goccl_<fn>_<tname>_<opname>,
 // which runs goccl::fn<T, Op>. Its first act is grid_dep_sync (prims.cuh):
 // the backend launches kernels that may start while the previous one on
-// the stream is still running.
+// the stream is still running. stamp_begin and stamp_end time it for the
+// flight recorder.
 #define GOCCL_KERNEL(fn, opname, Op, tname, T)                                      \
   extern "C" __global__ void __launch_bounds__(goccl::kThreads)                     \
       goccl_##fn##_##tname##_##opname(goccl::Params p) {                            \
     goccl::grid_dep_sync();                                                         \
+    goccl::stamp_begin(p);                                                          \
     goccl::fn<T, goccl::Op>(p);                                                     \
+    goccl::stamp_end(p);                                                            \
   }
 // GOCCL_KERNELS defines goccl_<fn>_<type>_<op> for every type and op.
 #define GOCCL_KERNELS(fn)                        \

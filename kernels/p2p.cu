@@ -247,5 +247,7 @@ __device__ void p2p(const P2PParams& q) {
 
 extern "C" __global__ void __launch_bounds__(goccl::kThreads) goccl_p2p(goccl::P2PParams q) {
   goccl::grid_dep_sync();
+  goccl::stamp_begin(q.p);
   goccl::p2p(q);
+  goccl::stamp_end(q.p);
 }

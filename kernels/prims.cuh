@@ -74,6 +74,13 @@ __device__ __forceinline__ void grid_dep_sync() {
   asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// globaltimer: the GPU's nanosecond clock, which the driver keeps in step
+// with the host's wall clock.
+__device__ __forceinline__ u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 __device__ __forceinline__ void fence_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
 __device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");

@@ -52,7 +52,11 @@ type Call struct {
 	FarRecvs  bool   `json:"far_recv_peers,omitempty"`
 	Stream    string `json:"stream"`      // the stream's handle, hex
 	State     string `json:"state"`       // enqueued, started, finished, failed
-	Slot      int    `json:"device_slot"` // where a device writes the call's timestamps
+	Slot      int    `json:"device_slot"` // where a device writes the call's timestamps; -1 none
+	// Runs counts the device runs of the call the record saw (more than 1:
+	// a captured graph's replays, each rewriting the times, which are
+	// the last replay's).
+	Runs int `json:"device_runs,omitempty"`
 	Enq       int64  `json:"enqueue_ns"`  // handed to the backend
 	Start     int64  `json:"start_ns"`    // started (on the device, for GPUs)
 	Finish    int64  `json:"finish_ns"`   // finished
@@ -61,7 +65,7 @@ type Call struct {
 func (e *entry) export(w wallConv, slot int) Call {
 	c := Call{ID: e.id, Seq: e.seq, SeqLast: e.last, Call: e.kind.String(), Count: e.count, Bytes: e.bytes, Peer: int(e.peer),
 		Ops: int(e.ops), Stream: "0x" + strconv.FormatUint(uint64(e.stream), 16), State: e.state.String(), Slot: slot,
-		Enq: w.at(e.enq), Start: w.at(e.beg), Finish: w.at(e.fin)}
+		Enq: w.at(e.enq), Start: w.at(e.beg), Finish: w.at(e.fin), Runs: int(e.runs)}
 	if e.kind != Group || e.sends+e.recvs > 0 {
 		c.Type = typeName(collectives.DataType(e.dtype))
 	}

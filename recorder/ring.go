@@ -60,6 +60,11 @@ type entry struct {
 	// far's bit 0 (1) says some Send's (Recv's) peer is beyond.
 	sendTo, recvFrom uint64
 	far              uint8
+	// dev is the device's start (ns) of the times taken, and runs how many
+	// different runs of the call Resolve saw: a captured graph's replays
+	// rewrite one call's times.
+	dev              int64
+	runs             uint32
 	kind             Kind
 	dtype            int8
 	op               int8
@@ -223,7 +228,9 @@ type DeviceClock interface {
 }
 
 // Resolve completes the enqueued numbered calls whose GPU timestamps dc
-// knows; readers call it before Snapshot and Stats.
+// knows (a group's from its first call's start to its last's finish);
+// readers call it before Snapshot and Stats. A call already completed
+// from the device takes newer times when they appear (a graph replay).
 func (r *Ring) Resolve(dc DeviceClock) {
 	if r == nil || dc == nil {
 		return
@@ -233,13 +240,19 @@ func (r *Ring) Resolve(dc DeviceClock) {
 	c := r.clk
 	for i := range r.ents {
 		e := &r.ents[i]
-		if e.state != Enqueued || e.seq == 0 {
+		if e.seq == 0 || (e.state != Enqueued && e.runs == 0) {
 			continue
 		}
-		if s, f, ok := dc.CallTimes(e.seq); ok && f >= s {
-			e.beg, e.fin, e.state = c.ticksAt(s), c.ticksAt(f), Finished
-			r.stats.add(e.kind, e.bytes, f-s)
+		s, f, ok := dc.CallTimes(e.seq)
+		if ok && e.last > e.seq {
+			_, f, ok = dc.CallTimes(e.last)
 		}
+		if !ok || f < s || (e.runs > 0 && s == e.dev) {
+			continue
+		}
+		e.beg, e.fin, e.state, e.dev = c.ticksAt(s), c.ticksAt(f), Finished, s
+		e.runs++
+		r.stats.add(e.kind, e.bytes, f-s)
 	}
 }
 
@@ -250,6 +263,16 @@ func (r *Ring) Slot(id uint64) int {
 		return -1
 	}
 	return int(id % uint64(len(r.ents)))
+}
+
+// deviceSlot is where a device writes call e's timestamps (its number
+// modulo the ring's size, the size of the GPU backend's table); -1 where
+// none does.
+func (r *Ring) deviceSlot(e *entry) int {
+	if !r.async || e.seq == 0 {
+		return -1
+	}
+	return int(e.seq % uint64(len(r.ents)))
 }
 
 // Ticks reads the ring's clock.
@@ -283,7 +306,7 @@ func (r *Ring) SnapshotLast(k int) Record {
 	w := r.clk.wall()
 	rec := Record{Version: recordVersion, Meta: r.meta, Dropped: first - 1, Calls: make([]Call, len(ents))}
 	for i := range ents {
-		rec.Calls[i] = ents[i].export(w, r.Slot(ents[i].id))
+		rec.Calls[i] = ents[i].export(w, r.deviceSlot(&ents[i]))
 	}
 	return rec
 }

@@ -245,3 +245,47 @@ func TestRecordPlainGroupPeers(t *testing.T) {
 	assert.Equal(t, "Recv from rank 3 (int32, 4 MiB)", calls[1].Describe())
 	assert.Equal(t, []int{3}, calls[1].Peers())
 }
+
+// TestResolveReplays: a call whose device times change (a captured
+// graph replayed) takes the newest and counts its runs; a group spans its
+// first call's start to its last call's finish.
+func TestResolveReplays(t *testing.T) {
+	r := testRing(8, true)
+	r.End(r.Begin(&collectives.Args{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 1}), nil)
+	g := collectives.Group{Seq: 2, Colls: []collectives.Args{
+		{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 2},
+		{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 3},
+	}}
+	r.End(r.BeginGroup(&g), nil)
+	base := time.Now().Add(-time.Second).UnixNano()
+	dev := fakeDevice{1: {base, base + 4000}, 2: {base + 10_000, base + 12_000}}
+	r.Resolve(dev)
+	calls := r.Snapshot().Calls
+	require.Len(t, calls, 2)
+	assert.Equal(t, 1, calls[0].Runs)
+	assert.Equal(t, "enqueued", calls[1].State, "the group's last call has not finished")
+	dev[3] = [2]int64{base + 13_000, base + 19_000}
+	r.Resolve(dev)
+	r.Resolve(dev) // the same times again: no new run
+	calls = r.Snapshot().Calls
+	assert.Equal(t, "finished", calls[1].State)
+	assert.InDelta(t, base+10_000, calls[1].Start, 1000)
+	assert.InDelta(t, base+19_000, calls[1].Finish, 1000)
+	assert.Equal(t, 1, calls[0].Runs)
+	for k := 1; k <= 3; k++ {
+		at := base + int64(k)*100_000
+		dev[1] = [2]int64{at, at + 7000}
+		r.Resolve(dev)
+		c := r.Snapshot().Calls[0]
+		assert.Equal(t, 1+k, c.Runs, "replay %d", k)
+		assert.InDelta(t, at, c.Start, 1000, "replay %d", k)
+		assert.InDelta(t, at+7000, c.Finish, 1000, "replay %d", k)
+		assert.Equal(t, 1, c.Slot)
+	}
+	st := r.Stats()
+	require.Len(t, st, 2)
+	assert.Equal(t, "AllReduce", st[0].Call)
+	assert.Equal(t, uint64(4), st[0].Count, "4 runs of call 1")
+	assert.Equal(t, "Group", st[1].Call)
+	assert.Equal(t, uint64(1), st[1].Count)
+}

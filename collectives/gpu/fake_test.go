@@ -19,6 +19,10 @@ type fakeDriver struct {
 	names    map[cuda.Function]string
 	launches []fakeLaunch
 	hostMem  []*[16]uint32
+	// bigHost are host allocations above 64 bytes (the timestamp table),
+	// whose device address is their host address.
+	bigHost [][]uint64
+	allocs  int // MemAllocHost calls
 	released int
 	unloaded int
 	freed    int
@@ -236,13 +240,27 @@ func (f *fakeDriver) CtxSynchronize(cuda.Context) error {
 	}
 	return nil
 }
-func (f *fakeDriver) MemAllocHost(cuda.Context, uint64) (unsafe.Pointer, error) {
+func (f *fakeDriver) MemAllocHost(_ cuda.Context, n uint64) (unsafe.Pointer, error) {
+	f.allocs++
+	if n > 64 {
+		b := make([]uint64, (n+7)/8)
+		for i := range b {
+			b[i] = 0xdead // not zeroed, as pinned memory need not be
+		}
+		f.bigHost = append(f.bigHost, b)
+		return unsafe.Pointer(&b[0]), nil
+	}
 	m := new([16]uint32)
 	f.hostMem = append(f.hostMem, m)
 	return unsafe.Pointer(m), nil
 }
 func (f *fakeDriver) MemFreeHost(cuda.Context, unsafe.Pointer) error { f.freed++; return nil }
-func (f *fakeDriver) MemHostGetDevicePointer(cuda.Context, unsafe.Pointer) (cuda.DevicePtr, error) {
+func (f *fakeDriver) MemHostGetDevicePointer(_ cuda.Context, p unsafe.Pointer) (cuda.DevicePtr, error) {
+	for _, b := range f.bigHost {
+		if unsafe.Pointer(&b[0]) == p {
+			return cuda.DevicePtr(p), nil
+		}
+	}
 	return 0xabc000, nil
 }
 func (f *fakeDriver) ModuleLoadData(cuda.Context, []byte) (cuda.Module, error) { return 0x77, nil }

@@ -29,6 +29,10 @@ type Config struct {
 	// per block, so fewer blocks get larger slots, up to 128 KiB. Every
 	// rank must use the same value: New checks.
 	MaxBlocks int
+	// Stamps is the size of the table of device timestamps the kernels
+	// write for the flight recorder (stamps.go): its ring's size; 0 leaves
+	// the kernels' timestamps off.
+	Stamps int
 	// Logger receives the backend's messages (nil: slog's default), so
 	// that GOCCL_DEBUG governs them as it does the rest of goccl's.
 	Logger *slog.Logger
@@ -78,6 +82,7 @@ type Backend struct {
 	ce     copyEngine
 	nv     nvlsState
 	p2p    p2pState
+	stamps stampTable
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -161,7 +166,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if len(ws.Peers) != nranks {
 		return nil, fmt.Errorf("gpu backend: transport %s mapped %d peers, want %d", name, len(ws.Peers), nranks)
 	}
-	if err = be.agreeInit(ctx, "setup", be.setupLocal(image)); err != nil {
+	if err = be.agreeInit(ctx, "setup", errors.Join(be.setupLocal(image), be.setupStamps(cfg.Stamps))); err != nil {
 		return nil, err
 	}
 
@@ -448,6 +453,9 @@ func (be *Backend) release(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("gpu backend: unload kernels: %w", err))
 		}
 		be.module = 0
+	}
+	if err := be.releaseStamps(); err != nil {
+		errs = append(errs, err)
 	}
 	be.abortMu.Lock()
 	if be.abortHost != nil {

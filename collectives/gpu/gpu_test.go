@@ -39,6 +39,12 @@ const guard = 256
 
 func newRig(t *testing.T, n int, capBytes uint64) *rig {
 	t.Helper()
+	return newRigWith(t, n, capBytes, func(rank int) Config { return Config{Device: rank, Transport: "uva"} })
+}
+
+// newRigWith is newRig with each rank's Config from cfg.
+func newRigWith(t *testing.T, n int, capBytes uint64, cfg func(rank int) Config) *rig {
+	t.Helper()
 	drv, err := cuda.Load()
 	if err != nil {
 		t.Skipf("no CUDA driver: %v", err)
@@ -47,8 +53,10 @@ func newRig(t *testing.T, n int, capBytes uint64) *rig {
 	if err != nil || cnt == 0 {
 		t.Skipf("no CUDA device: %v", err)
 	}
-	if n > cnt {
-		t.Skipf("needs %d GPUs, have %d", n, cnt)
+	for rank := range n {
+		if d := cfg(rank).Device; d >= cnt {
+			t.Skipf("needs GPU %d, have %d", d, cnt)
+		}
 	}
 	image, err := kernels.Image()
 	if err != nil {
@@ -58,7 +66,7 @@ func newRig(t *testing.T, n int, capBytes uint64) *rig {
 		send: make([]cuda.DevicePtr, n), recv: make([]cuda.DevicePtr, n), cap: capBytes}
 	g := transporttest.NewGroup(n)
 	require.NoError(t, g.Run(func(rank int, b transport.Bootstrap) error {
-		be, err := newBackend(context.Background(), drv, b, Config{Device: rank, Transport: "uva"}, image, newMapper)
+		be, err := newBackend(context.Background(), drv, b, cfg(rank), image, newMapper)
 		r.bes[rank] = be
 		return err
 	}))

@@ -37,6 +37,7 @@ const (
 	offBlockSlots  = offPeerStaging + 8*maxRanks // 168
 	offShareBytes  = 172
 	offSeq         = 176
+	offStamp       = 184 // reserved[0]: the call's Stamp (stamps.go)
 	offSlotBytes   = 232
 	offRank        = 240
 	offNRanks      = 244
@@ -87,6 +88,7 @@ func (p *params) setStatic(rank, nranks int, abortFlag, signals uintptr, peerSig
 // the kernels compare between ranks (0: not compared).
 func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize int, seq uint64) {
 	p.u64(offSeq, seq)
+	p.u64(offStamp, 0) // Run sets it for the kernels that time a call
 	p.u64(offSend, uint64(send))
 	p.u64(offRecv, uint64(recv))
 	p.u64(offCount, count)

@@ -24,7 +24,7 @@ func TestParamsMatchKernels(t *testing.T) {
 	goOffsets := map[string]int{
 		"send": offSend, "recv": offRecv, "count": offCount, "abortFlag": offAbort, "signals": offSignals,
 		"peerSignals": offPeerSignals, "peerStaging": offPeerStaging, "blockSlots": offBlockSlots,
-		"shareBytes": offShareBytes, "seq": offSeq, "slotBytes": offSlotBytes, "rank": offRank, "nranks": offNRanks,
+		"shareBytes": offShareBytes, "seq": offSeq, "reserved": offStamp, "slotBytes": offSlotBytes, "rank": offRank, "nranks": offNRanks,
 		"root": offRoot, "flags": offFlags, "elemSize": offElemSize, "ceChunks": offCEChunks,
 		"llOffset": offLLOffset, "ceChunk": offCEChunk, "ceSeq": offCESeq, "ceDepth": offCEDepth,
 	}

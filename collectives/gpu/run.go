@@ -57,6 +57,7 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 
 	fn := be.fns.get(f, a.Type, a.Op)
 	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size, a.Seq)
+	be.prm.u64(offStamp, be.stamps.slot(a.Seq))
 	cfg := cuda.LaunchConfig{
 		Grid:         cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
 		Block:        cuda.Dim3{X: uint32(be.tune.threads), Y: 1, Z: 1},

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmath>
 #if defined(__x86_64__)

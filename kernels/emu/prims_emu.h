@@ -103,6 +103,12 @@ __forceinline__ u32 dyn_smem_bytes() { return ::emu_dyn_smem_bytes; }
 __forceinline__ void bar_sync() { ::emu_bar_sync(); }
 // grid_dep_sync: the emulator runs one launch at a time.
 __forceinline__ void grid_dep_sync() {}
+// globaltimer: the host's wall clock, as the GPU's follows it.
+__forceinline__ u64 globaltimer() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (u64)ts.tv_sec * 1000000000ull + (u64)ts.tv_nsec;
+}
 __forceinline__ void fence_sys() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 __forceinline__ void st_release_sys(u32* p, u32 v) {
   emu_check_align<4>(p);

@@ -1,0 +1,114 @@
+package gpu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// The flight recorder's device timestamps: a table of Stamps
+// (kernels/common.cuh) in host-pinned, device-mapped memory, one per call
+// number modulo its size. Run hands a kernel its call's Stamp in
+// Params.reserved[0]; the kernel stores %globaltimer at its start and its
+// last block's end, then the call number, and the host reads them when a
+// record is read (CallTimes), with no synchronisation on either side.
+// Copy-engine calls (ce.go, cereduce.go), NVLS calls and point-to-point
+// operations store nothing: a copy engine has no clock to read, and a
+// stamp kernel around its copies would cost a launch per call. A captured
+// graph keeps the Stamp it was captured with: each replay overwrites it,
+// so the record shows the last replay (the recorder counts the replays it
+// saw).
+
+const (
+	stampBytes    = 32       // sizeof(Stamp)
+	stampCountOff = 30 << 10 // kStampCountOffset: the blocks-done counter in the signal area
+)
+
+// The counter sits between the call numbers (kSeqOffset) and the
+// copy-engine flags (a negative array length fails the build).
+var (
+	_ [stampCountOff - (seqOff + 2*4*maxRanks)]struct{}
+	_ [ceFlagOff - (stampCountOff + 4)]struct{}
+)
+
+// stampTable is the backend's Stamps; n == 0 when the recorder is off.
+type stampTable struct {
+	mu   sync.RWMutex // CallTimes against the table's free
+	host unsafe.Pointer
+	dev  cuda.DevicePtr
+	n    uint64
+}
+
+// setupStamps allocates n Stamps, zeroed (no call number is 0).
+func (be *Backend) setupStamps(n int) error {
+	if n <= 0 {
+		return nil
+	}
+	t := &be.stamps
+	host, err := be.drv.MemAllocHost(be.ctx, uint64(n)*stampBytes)
+	if err != nil {
+		return fmt.Errorf("gpu backend: timestamp table: %w", err)
+	}
+	clear(unsafe.Slice((*byte)(host), n*stampBytes))
+	dev, err := be.drv.MemHostGetDevicePointer(be.ctx, host)
+	if err != nil {
+		_ = be.drv.MemFreeHost(be.ctx, host)
+		return fmt.Errorf("gpu backend: timestamp table: %w", err)
+	}
+	t.mu.Lock()
+	t.host, t.dev, t.n = host, dev, uint64(n)
+	t.mu.Unlock()
+	return nil
+}
+
+// slot is the device address of call seq's Stamp; 0 (store nothing) for
+// an unnumbered call or with the recorder off. be.mu is held, which the
+// table's free also takes.
+func (t *stampTable) slot(seq uint64) uint64 {
+	if t.n == 0 || seq == 0 {
+		return 0
+	}
+	return uint64(t.dev) + seq%t.n*stampBytes
+}
+
+// CallTimes reports call seq's start and end on the device, in wall-clock
+// nanoseconds (%globaltimer), once its kernel has written them (for
+// recorder.DeviceClock). A Stamp a later call is overwriting is refused:
+// it holds another number, or an end before its start.
+func (be *Backend) CallTimes(seq uint64) (start, finish int64, ok bool) {
+	t := &be.stamps
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.n == 0 || seq == 0 {
+		return 0, 0, false
+	}
+	w := (*[4]uint64)(unsafe.Add(t.host, seq%t.n*stampBytes))
+	if atomic.LoadUint64(&w[2]) != seq {
+		return 0, 0, false
+	}
+	s, f := atomic.LoadUint64(&w[0]), atomic.LoadUint64(&w[1])
+	if atomic.LoadUint64(&w[2]) != seq || s == 0 || f < s || int64(s) < 0 {
+		return 0, 0, false
+	}
+	return int64(s), int64(f), true
+}
+
+// releaseStamps frees the table (the device's work is done: release
+// drained it first).
+func (be *Backend) releaseStamps() error {
+	t := &be.stamps
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.host == nil {
+		return nil
+	}
+	err := be.drv.MemFreeHost(be.ctx, t.host)
+	t.host, t.dev, t.n = nil, 0, 0
+	if err != nil {
+		return fmt.Errorf("gpu backend: free timestamp table: %w", err)
+	}
+	return nil
+}
