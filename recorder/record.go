@@ -56,10 +56,10 @@ type Call struct {
 	// Runs counts the device runs of the call the record saw (more than 1:
 	// a captured graph's replays, each rewriting the times, which are
 	// the last replay's).
-	Runs int `json:"device_runs,omitempty"`
-	Enq       int64  `json:"enqueue_ns"`  // handed to the backend
-	Start     int64  `json:"start_ns"`    // started (on the device, for GPUs)
-	Finish    int64  `json:"finish_ns"`   // finished
+	Runs   int   `json:"device_runs,omitempty"`
+	Enq    int64 `json:"enqueue_ns"` // handed to the backend
+	Start  int64 `json:"start_ns"`   // started (on the device, for GPUs)
+	Finish int64 `json:"finish_ns"`  // finished
 }
 
 func (e *entry) export(w wallConv, slot int) Call {

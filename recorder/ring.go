@@ -63,12 +63,12 @@ type entry struct {
 	// dev is the device's start (ns) of the times taken, and runs how many
 	// different runs of the call Resolve saw: a captured graph's replays
 	// rewrite one call's times.
-	dev              int64
-	runs             uint32
-	kind             Kind
-	dtype            int8
-	op               int8
-	state            State
+	dev   int64
+	runs  uint32
+	kind  Kind
+	dtype int8
+	op    int8
+	state State
 }
 
 // New makes a ring; nil when cfg.Size <= 0.

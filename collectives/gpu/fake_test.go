@@ -21,8 +21,8 @@ type fakeDriver struct {
 	hostMem  []*[16]uint32
 	// bigHost are host allocations above 64 bytes (the timestamp table),
 	// whose device address is their host address.
-	bigHost [][]uint64
-	allocs  int // MemAllocHost calls
+	bigHost  [][]uint64
+	allocs   int // MemAllocHost calls
 	released int
 	unloaded int
 	freed    int
