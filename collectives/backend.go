@@ -60,6 +60,20 @@ type PathReporter interface {
 	PathFacts(a *Args) PathFacts
 }
 
+// Path is how a backend carried a call: the algorithm ("" where the
+// backend has one way only) and the transport between the ranks.
+type Path struct {
+	Algo      Algorithm
+	Transport string
+}
+
+// PathTeller is implemented by backends that say how they carried the
+// last call Run or RunGroup took, for the flight recorder; it is asked
+// right after, by the goroutine that issued the call.
+type PathTeller interface {
+	LastPath() Path
+}
+
 // Registration is released with Close; collective.
 type Registration interface {
 	Close(ctx context.Context) error

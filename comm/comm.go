@@ -149,7 +149,7 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	}
 	id := c.rec.Begin(a)
 	err = c.backend.Run(ctx, a)
-	c.rec.End(id, err)
+	c.endRecord(id, err)
 	if err != nil {
 		return c.runFailed(ctx, err)
 	}

@@ -220,7 +220,7 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 	defer func() { c.inP2P = false }()
 	if gr, ok := c.backend.(collectives.GroupRunner); ok {
 		err := gr.RunGroup(ctx, g)
-		c.rec.End(id, err)
+		c.endRecord(id, err)
 		if err != nil {
 			return c.runFailed(ctx, err)
 		}
@@ -233,10 +233,10 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 	}
 	for i := range g.Colls {
 		if err := c.backend.Run(ctx, &g.Colls[i]); err != nil {
-			c.rec.End(id, err)
+			c.endRecord(id, err)
 			return c.runFailed(ctx, err)
 		}
 	}
-	c.rec.End(id, nil)
+	c.endRecord(id, nil)
 	return nil
 }

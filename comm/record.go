@@ -15,6 +15,7 @@ import (
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/recorder"
+	"github.com/goccl/goccl/topology"
 )
 
 // The glue between a communicator and its flight recorder (package
@@ -59,8 +60,11 @@ func parseRecorderEnv(env map[string]string) (recorderSettings, error) {
 type observer struct {
 	set     recorderSettings
 	comm    string
-	aborted atomic.Bool // the abort's record was written
-	mu      sync.Mutex  // one file write at a time
+	teller  collectives.PathTeller // the backend, where it says how it carried a call
+	gpu     bool                   // the link ceiling is the node's GPUs'
+	link    sync.Once              // the ceiling is looked up on the first Stats
+	aborted atomic.Bool            // the abort's record was written
+	mu      sync.Mutex             // one file write at a time
 }
 
 // maxRecorderSize bounds the ring (112 bytes a call).
@@ -87,7 +91,20 @@ func (c *Comm) startRecorder(s settings) {
 		Comm: id, Rank: c.rank, Size: c.size, PID: os.Getpid(), Host: host, Backend: c.backendName,
 		Algo: s.algo, Transport: s.transport,
 	}})
-	c.obs = &observer{set: set, comm: id}
+	c.obs = &observer{set: set, comm: id, gpu: c.backendName == BackendGPU}
+	c.obs.teller, _ = c.backend.(collectives.PathTeller)
+}
+
+// endRecord records the end of call id and the path the backend took.
+func (c *Comm) endRecord(id uint64, err error) {
+	if c.rec == nil {
+		return
+	}
+	var p collectives.Path
+	if c.obs.teller != nil {
+		p = c.obs.teller.LastPath()
+	}
+	c.rec.EndPath(id, err, p)
 }
 
 // registerRecorder registers a communicator that has formed for SIGUSR1
@@ -110,8 +127,45 @@ func (c *Comm) Record() recorder.Record {
 // the calls that finished (host backend; GPU calls once their device
 // times are known).
 func (c *Comm) Stats() []recorder.Stat {
+	if c.rec == nil {
+		return nil
+	}
+	c.obs.link.Do(func() {
+		if c.obs.gpu {
+			c.rec.SetLink(linkCeiling())
+		}
+	})
 	c.resolve()
 	return c.rec.Stats()
+}
+
+// linkCeiling is the nominal bandwidth per direction of the slowest link
+// between this node's GPUs, as goccl info reports it; 0 when unknown (one
+// GPU, a pair joined by PCIe only, no NVML). Tests replace it.
+var linkCeiling = func() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := topology.ProbeSystem(ctx)
+	if err != nil {
+		return 0
+	}
+	return slowestLink(f)
+}
+
+func slowestLink(f *topology.Facts) float64 {
+	ceil := 0.0
+	for a := range f.GPUs {
+		for b := a + 1; b < len(f.GPUs); b++ {
+			l, ok := f.Link(a, b)
+			if !ok || l.BandwidthGBs <= 0 {
+				return 0
+			}
+			if ceil == 0 || l.BandwidthGBs < ceil {
+				ceil = l.BandwidthGBs
+			}
+		}
+	}
+	return ceil
 }
 
 // recMeta is what the records say about this communicator.

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/recorder"
+	"github.com/goccl/goccl/topology"
 )
 
 func hostCommsEnv(t *testing.T, n int, env map[string]string) []*Comm {
@@ -114,6 +115,15 @@ func TestRecordAndStats(t *testing.T) {
 			assert.Equal(t, want.coll, got.Call)
 			assert.Equal(t, int64(want.count), got.Count)
 			assert.Equal(t, "finished", got.State)
+			assert.Equal(t, "shm", got.Transport, "call %d", got.Seq)
+			wantAlgo := ""
+			if want.coll == "AllReduce" || want.coll == "Reduce" {
+				wantAlgo = "oneshot"
+				if want.count*4 > 256<<10 {
+					wantAlgo = "twoshot"
+				}
+			}
+			assert.Equal(t, wantAlgo, got.Algo, "call %d: %s of %d", got.Seq, want.coll, want.count)
 			assert.LessOrEqual(t, got.Start, got.Finish)
 			if i > 0 {
 				assert.GreaterOrEqual(t, got.Start, rec.Calls[i-1].Finish)
@@ -140,6 +150,7 @@ func TestRecordAndStats(t *testing.T) {
 		for _, s := range c.Stats() {
 			got[key{s.Call, s.SizeClass}] = s.Count
 			assert.Positive(t, s.BusBW, "%s %d", s.Call, s.SizeClass)
+			assert.Zero(t, s.Link, "no link ceiling on the host backend")
 			assert.LessOrEqual(t, s.P50, s.P99)
 			assert.LessOrEqual(t, s.P99, s.Max)
 		}
@@ -203,6 +214,29 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	require.NotNil(t, fams["goccl_bytes_total"])
 	require.NotNil(t, fams["goccl_busbw_gbps"])
+	assert.Nil(t, fams["goccl_link_ceiling_gbps"], "the host backend knows no link ceiling")
+}
+
+// The link ceiling is the slowest NVLink between the node's GPUs, and
+// unknown where a pair has none.
+func TestSlowestLink(t *testing.T) {
+	nv := func(gbs float64) topology.Link { return topology.Link{Kind: topology.LinkNVLink, NVLinks: 1, BandwidthGBs: gbs} }
+	cases := []struct {
+		name  string
+		links [][]topology.Link
+		want  float64
+	}{
+		{"one GPU", [][]topology.Link{{{}}}, 0},
+		{"NV18 pair", [][]topology.Link{{{}, nv(450)}, {nv(450), {}}}, 450},
+		{"the slowest of three", [][]topology.Link{{{}, nv(450), nv(300)}, {nv(450), {}, nv(450)}, {nv(300), nv(450), {}}}, 300},
+		{"a pair over PCIe", [][]topology.Link{{{}, nv(450), {}}, {nv(450), {}, nv(450)}, {{}, nv(450), {}}}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &topology.Facts{GPUs: make([]topology.GPU, len(tc.links)), Links: tc.links}
+			assert.Equal(t, tc.want, slowestLink(f))
+		})
+	}
 }
 
 // TestDumpOnSIGUSR1: the signal makes every rank write its record to

@@ -20,6 +20,7 @@ var _ Source = (*Ring)(nil)
 type Collector struct {
 	sources                  func() []Source
 	calls, bytes, dur, busbw *prometheus.Desc
+	link, linkFrac           *prometheus.Desc
 }
 
 // NewCollector returns a collector over sources.
@@ -31,6 +32,9 @@ func NewCollector(sources func() []Source) *Collector {
 		bytes:   prometheus.NewDesc("goccl_bytes_total", "Bytes of the calls that finished (nccl-tests' size of each call).", labels, nil),
 		dur:     prometheus.NewDesc("goccl_call_duration_seconds", "Time from start to finish of each call.", labels, nil),
 		busbw:   prometheus.NewDesc("goccl_busbw_gbps", "Bus bandwidth (nccl-tests' factors) over all the calls' time, GB/s.", labels, nil),
+		link: prometheus.NewDesc("goccl_link_ceiling_gbps", "Nominal bandwidth per direction of the slowest link between the node's GPUs (goccl info's), GB/s; absent when unknown.",
+			[]string{"comm", "rank"}, nil),
+		linkFrac: prometheus.NewDesc("goccl_busbw_link_fraction", "goccl_busbw_gbps over goccl_link_ceiling_gbps; absent when the ceiling is unknown.", labels, nil),
 	}
 }
 
@@ -40,6 +44,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.bytes
 	ch <- c.dur
 	ch <- c.busbw
+	ch <- c.link
+	ch <- c.linkFrac
 }
 
 // Collect implements prometheus.Collector.
@@ -48,12 +54,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if s == nil {
 			continue
 		}
+		sts := s.Stats() // first: it may learn the link ceiling
 		m := s.Meta()
-		for _, st := range s.Stats() {
+		if m.LinkGBs > 0 {
+			ch <- prometheus.MustNewConstMetric(c.link, prometheus.GaugeValue, m.LinkGBs, m.Comm, strconv.Itoa(m.Rank))
+		}
+		for _, st := range sts {
 			lv := []string{m.Comm, strconv.Itoa(m.Rank), st.Call, strconv.FormatInt(st.SizeClass, 10)}
 			ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(st.Count), lv...)
 			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(st.Bytes), lv...)
 			ch <- prometheus.MustNewConstMetric(c.busbw, prometheus.GaugeValue, st.BusBW, lv...)
+			if st.Link > 0 {
+				ch <- prometheus.MustNewConstMetric(c.linkFrac, prometheus.GaugeValue, st.LinkFraction, lv...)
+			}
 			buckets := make(map[float64]uint64, len(st.Bounds))
 			for i, b := range st.Bounds {
 				buckets[b.Seconds()] = st.Buckets[i]

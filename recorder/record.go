@@ -50,7 +50,11 @@ type Call struct {
 	RecvPeers []int  `json:"recv_peers,omitempty"`
 	FarSends  bool   `json:"far_send_peers,omitempty"`
 	FarRecvs  bool   `json:"far_recv_peers,omitempty"`
-	Stream    string `json:"stream"`      // the stream's handle, hex
+	Stream    string `json:"stream"` // the stream's handle, hex
+	// Algo and Transport are how the backend carried the call ("" where
+	// it did not say): oneshot, twoshot, ll, ce, nvls; uva, ipc, vmm, nvls, shm.
+	Algo      string `json:"algo,omitempty"`
+	Transport string `json:"transport,omitempty"`
 	State     string `json:"state"`       // enqueued, started, finished, failed
 	Slot      int    `json:"device_slot"` // where a device writes the call's timestamps; -1 none
 	// Runs counts the device runs of the call the record saw (more than 1:

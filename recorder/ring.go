@@ -28,6 +28,10 @@ type Meta struct {
 	Backend   string `json:"backend"`
 	Algo      string `json:"algo,omitempty"`      // forced algorithm, "" when chosen per call
 	Transport string `json:"transport,omitempty"` // forced transport
+	// LinkGBs is the nominal bandwidth per direction of the slowest link
+	// between the node's GPUs (goccl info's), 0 when unknown (the host
+	// backend, one GPU, PCIe).
+	LinkGBs float64 `json:"link_gbps,omitempty"`
 }
 
 // Ring is one communicator's flight recorder. Begin and End are called by
@@ -41,7 +45,13 @@ type Ring struct {
 	clk   *clock
 	meta  Meta
 	stats stats
+	// names are the algorithms' and transports' names the calls took,
+	// which entries keep as indexes (1 + position; 0: none).
+	names []string
 }
+
+// maxNames bounds Ring.names; a name beyond is not kept.
+const maxNames = 64
 
 // entry is one call, in ticks. It holds no pointer, so the ring costs the
 // garbage collector nothing to scan.
@@ -63,12 +73,13 @@ type entry struct {
 	// dev is the device's start (ns) of the times taken, and runs how many
 	// different runs of the call Resolve saw: a captured graph's replays
 	// rewrite one call's times.
-	dev   int64
-	runs  uint32
-	kind  Kind
-	dtype int8
-	op    int8
-	state State
+	dev             int64
+	runs            uint32
+	algo, transport uint8 // Ring.names indexes
+	kind            Kind
+	dtype           int8
+	op              int8
+	state           State
 }
 
 // New makes a ring; nil when cfg.Size <= 0.
@@ -82,7 +93,23 @@ func New(cfg Config) *Ring {
 }
 
 // Meta returns what the ring was told about its communicator.
-func (r *Ring) Meta() Meta { return r.meta }
+func (r *Ring) Meta() Meta {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.meta
+}
+
+// SetLink gives the ring the bandwidth ceiling of the links between its
+// ranks (GB/s per direction, 0 unknown), which its statistics compare the
+// bus bandwidth with.
+func (r *Ring) SetLink(gbs float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.meta.LinkGBs = gbs
+	r.mu.Unlock()
+}
 
 // Begin records a collective about to run and returns its id for End.
 func (r *Ring) Begin(a *collectives.Args) uint64 {
@@ -178,7 +205,27 @@ func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
 
 // End records the outcome of call id. On an asynchronous backend a call
 // that enqueued well stays Enqueued.
-func (r *Ring) End(id uint64, err error) {
+func (r *Ring) End(id uint64, err error) { r.EndPath(id, err, collectives.Path{}) }
+
+// name returns the index of s in r.names, adding it; r.mu is held.
+func (r *Ring) name(s string) uint8 {
+	if s == "" {
+		return 0
+	}
+	for i, n := range r.names {
+		if n == s {
+			return uint8(i + 1)
+		}
+	}
+	if len(r.names) == maxNames {
+		return 0
+	}
+	r.names = append(r.names, s) // once per name in the ring's life
+	return uint8(len(r.names))
+}
+
+// EndPath is End with the path the backend took for the call.
+func (r *Ring) EndPath(id uint64, err error, p collectives.Path) {
 	if r == nil || id == 0 {
 		return
 	}
@@ -189,6 +236,7 @@ func (r *Ring) End(id uint64, err error) {
 	r.mu.Lock()
 	e := &r.ents[id%uint64(len(r.ents))]
 	if e.id == id {
+		e.algo, e.transport = r.name(string(p.Algo)), r.name(p.Transport)
 		switch {
 		case err != nil:
 			e.fin, e.state = t, Failed // when it gave up (0 on devices)
@@ -265,6 +313,13 @@ func (r *Ring) Slot(id uint64) int {
 	return int(id % uint64(len(r.ents)))
 }
 
+func nameAt(names []string, i uint8) string {
+	if i == 0 || int(i) > len(names) {
+		return ""
+	}
+	return names[i-1]
+}
+
 // deviceSlot is where a device writes call e's timestamps (its number
 // modulo the ring's size, the size of the GPU backend's table); -1 where
 // none does.
@@ -302,11 +357,13 @@ func (r *Ring) SnapshotLast(k int) Record {
 	for id := first; id <= n; id++ {
 		ents = append(ents, r.ents[id%size])
 	}
+	names := r.names[:len(r.names):len(r.names)] // only appended to
 	r.mu.Unlock()
 	w := r.clk.wall()
 	rec := Record{Version: recordVersion, Meta: r.meta, Dropped: first - 1, Calls: make([]Call, len(ents))}
 	for i := range ents {
 		rec.Calls[i] = ents[i].export(w, r.deviceSlot(&ents[i]))
+		rec.Calls[i].Algo, rec.Calls[i].Transport = nameAt(names, ents[i].algo), nameAt(names, ents[i].transport)
 	}
 	return rec
 }

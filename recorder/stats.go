@@ -95,6 +95,10 @@ type Stat struct {
 	// applies nccl-tests' factor for the kind and the ranks.
 	AlgBW float64 `json:"algbw_gbps"`
 	BusBW float64 `json:"busbw_gbps"`
+	// Link is the ceiling of the links between the ranks (Meta.LinkGBs)
+	// and LinkFraction BusBW over it; both 0 when the ceiling is unknown.
+	Link         float64 `json:"link_gbps,omitempty"`
+	LinkFraction float64 `json:"link_fraction,omitempty"`
 	// Buckets is the histogram, cumulative: Buckets[i] calls took at most
 	// Bounds[i].
 	Bounds  []time.Duration `json:"-"`
@@ -115,7 +119,11 @@ func (r *Ring) Stats() []Stat {
 			if c == nil || c.count == 0 {
 				continue
 			}
-			out = append(out, c.stat(Kind(k), sc, r.stats.nranks))
+			st := c.stat(Kind(k), sc, r.stats.nranks)
+			if l := r.meta.LinkGBs; l > 0 {
+				st.Link, st.LinkFraction = l, st.BusBW/l
+			}
+			out = append(out, st)
 		}
 	}
 	return out

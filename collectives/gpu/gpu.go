@@ -83,6 +83,9 @@ type Backend struct {
 	nv     nvlsState
 	p2p    p2pState
 	stamps stampTable
+	// last is how the last call went (LastPath); transport the mapper's name.
+	last      collectives.Path
+	transport string
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -148,6 +151,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err != nil {
 		return nil, err
 	}
+	be.transport = name
 	if be.mapper, err = mk(ctx, name, drv, b, be.dev, be.ctx); err != nil {
 		return nil, fmt.Errorf("gpu backend: transport %s: %w", name, err)
 	}

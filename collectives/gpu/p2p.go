@@ -101,6 +101,9 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	if be.closed {
 		return collectives.ErrClosed
 	}
+	if len(g.Colls) == 0 {
+		be.last = collectives.Path{Transport: be.transport}
+	}
 	st := &be.p2p
 	st.sort(g.P2P, be.nranks)
 	main := cuda.Stream(g.P2P[0].Stream)

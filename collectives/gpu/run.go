@@ -33,6 +33,7 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	// The choice is the same on every rank: Choose is pure, and so are
 	// the registration lookup and the plan behind a copy-engine choice.
 	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, be.ce.ok)
+	be.last = collectives.Path{Algo: algo, Transport: be.transport}
 	if algo == collectives.CopyEngine {
 		if taken, err := be.tryCE(a, bytes); taken {
 			return err
@@ -40,11 +41,13 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 		algo = be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, false)
 	}
 	if fn := be.pickNVLS(a, bytes); fn != 0 {
+		be.last = collectives.Path{Algo: collectives.NVLS, Transport: "nvls"}
 		return be.runNVLS(a, fn, uint64(bytes))
 	}
 	if algo == collectives.LL && bytes > llMaxBytes {
 		algo = collectives.OneShot // more than the LL kernel's lines hold
 	}
+	be.last.Algo = algo
 	f := familyOf(a.Coll, algo)
 
 	// The blocks of the AllReduce kernels that split the message share one
@@ -74,6 +77,15 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 		return be.abortErr()
 	}
 	return nil
+}
+
+// LastPath implements collectives.PathTeller: the algorithm Run took
+// (oneshot, twoshot, ll, ce, nvls; "" for point-to-point) and the
+// transport (uva, ipc, vmm; nvls for the multicast kernels).
+func (be *Backend) LastPath() collectives.Path {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	return be.last
 }
 
 // tryCE runs a call the thresholds gave the copy engines, where they can

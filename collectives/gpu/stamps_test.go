@@ -48,6 +48,7 @@ func TestStampsGivenToKernels(t *testing.T) {
 			require.Len(t, d.launches, n+1)
 			assert.Equal(t, tc.want, u64at(d.launches[n].params, offStamp))
 			assert.Equal(t, tc.seq, u64at(d.launches[n].params, offSeq))
+			assert.Equal(t, collectives.Path{Algo: collectives.LL, Transport: "uva"}, be.LastPath())
 		})
 	}
 
@@ -102,6 +103,7 @@ func TestStampsCopyEnginesStoreNothing(t *testing.T) {
 	}
 	require.Equal(t, "ce", path(t, bes, drvs, args))
 	for r, d := range drvs {
+		assert.Equal(t, collectives.Path{Algo: collectives.CopyEngine, Transport: "uva"}, bes[r].LastPath(), "rank %d", r)
 		for _, w := range d.bigHost[0] {
 			require.Zero(t, w, "rank %d: the copy engines wrote no timestamp", r)
 		}

@@ -32,6 +32,7 @@ import (
 // with different kinds or call numbers abort the communicator with an
 // error wrapping collectives.ErrCallMismatch that names both calls.
 func (b *backend) RunGroup(ctx context.Context, g *collectives.Group) error {
+	b.last = collectives.Path{Transport: "shm"}
 	for i := range g.P2P {
 		if err := g.P2P[i].Validate(b.rank, b.n); err != nil {
 			return fmt.Errorf("host: rank %d: %s: call %d: %w", b.rank, g.Kind, i, err)

@@ -33,6 +33,8 @@ type backend struct {
 	napFor    time.Duration // goroutine naps before futex sleeps (ranks sharing a process)
 	spinLeft  time.Duration // spinWait's budget now, adapted to how waits end (sync.go)
 
+	last collectives.Path // how the last call went (LastPath)
+
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
 	p2p  pairs // point-to-point channels (p2p.go); under mu
@@ -149,9 +151,16 @@ func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
 	if a.Count == 0 {
 		return nil
 	}
+	b.last = collectives.Path{Transport: "shm"}
 	if b.n == 1 {
 		b.single(a)
 		return nil
+	}
+	if a.Coll == collectives.AllReduce || a.Coll == collectives.Reduce {
+		b.last.Algo = collectives.TwoShot
+		if b.oneShot(a) {
+			b.last.Algo = collectives.OneShot
+		}
 	}
 	switch a.Coll {
 	case collectives.AllReduce:
@@ -183,6 +192,10 @@ func (b *backend) oneShot(a *collectives.Args) bool {
 	}
 	return a.Count*a.Type.Size() <= b.cfg.OneShotMax
 }
+
+// LastPath implements collectives.PathTeller: shared memory, and for
+// AllReduce and Reduce the algorithm the size chose.
+func (b *backend) LastPath() collectives.Path { return b.last }
 
 // single is every collective on one rank: a copy unless in place.
 func (b *backend) single(a *collectives.Args) {
