@@ -220,7 +220,9 @@ func TestMetricsEndpoint(t *testing.T) {
 // The link ceiling is the slowest NVLink between the node's GPUs, and
 // unknown where a pair has none.
 func TestSlowestLink(t *testing.T) {
-	nv := func(gbs float64) topology.Link { return topology.Link{Kind: topology.LinkNVLink, NVLinks: 1, BandwidthGBs: gbs} }
+	nv := func(gbs float64) topology.Link {
+		return topology.Link{Kind: topology.LinkNVLink, NVLinks: 1, BandwidthGBs: gbs}
+	}
 	cases := []struct {
 		name  string
 		links [][]topology.Link
