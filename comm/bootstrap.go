@@ -59,6 +59,8 @@ type tcpBootstrap struct {
 	lastTick, stallAt atomic.Int64
 	stallFor          atomic.Int64
 
+	recs recordBox // the peers' flight records (bootrecord.go)
+
 	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: stops the heartbeat

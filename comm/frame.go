@@ -72,10 +72,11 @@ const (
 	kindFailed    = 6 // rank u32 + message: that rank failed (relay, or self-abort)
 	kindBye       = 7 // a clean Close, not a failure; payload: closedNote
 	kindClosed    = 8 // root -> peer: relays another peer's goodbye; payload: closedNote
-	numKinds      = 9
+	kindRecord    = 9 // both ways, root relays: rank u32 + that rank's flight record (bootrecord.go)
+	numKinds      = 10
 )
 
-var kindNames = [numKinds]string{"?", "welcome", "reject", "contrib", "result", "heartbeat", "failed", "bye", "closed"}
+var kindNames = [numKinds]string{"?", "welcome", "reject", "contrib", "result", "heartbeat", "failed", "bye", "closed", "record"}
 
 // frameHeaderSize: length u32 | kind u8 | 3 zero bytes | seq u32.
 const frameHeaderSize = 12

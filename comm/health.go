@@ -161,6 +161,11 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 				b.peerFailed(p.rank, fmt.Errorf("%w: rank %d sent bootstrap data %d ops ahead", errMalformed, p.rank, dataQueue))
 				return
 			}
+		case h.Kind == kindRecord:
+			if err := b.gotRecord(p, payload); err != nil {
+				b.peerFailed(p.rank, err)
+				return
+			}
 		case h.Kind == kindFailed:
 			r, msg, err := decodeFailed(payload, b.nranks)
 			if err != nil {

@@ -196,16 +196,37 @@ func (c *Comm) writeRecord(dir, reason string, cause error) (string, error) {
 	return recorder.WriteFile(dir, &rec)
 }
 
-// recordAbort writes this rank's record once, when the communicator
-// aborts, so that the others (and the launcher) can read what it was
-// doing even when the bootstrap is gone.
+// recordAbort shares this rank's record once, when the communicator
+// aborts, over the bootstrap and in the recorder directory, so that the
+// others (and the launcher) can read what it was doing, the files also
+// when the bootstrap is gone.
 func (c *Comm) recordAbort(cause error) {
-	if c.rec == nil || c.obs.set.dir == "" || c.obs.aborted.Swap(true) {
+	if c.rec == nil || c.obs.aborted.Swap(true) {
+		return
+	}
+	c.shareRecord("abort", cause)
+	if c.obs.set.dir == "" {
 		return
 	}
 	if _, err := c.writeRecord(c.obs.set.dir, "abort", cause); err != nil {
 		c.log.Warn("goccl: flight recorder", "rank", c.rank, "err", err)
 	}
+}
+
+// shareRecord sends this rank's last calls to every rank over the
+// bootstrap, with reason (bootrecord.go).
+func (c *Comm) shareRecord(reason string, cause error) {
+	c.resolve()
+	rec := c.rec.SnapshotLast(recorderGather)
+	rec.Reason, rec.Written = reason, time.Now().UnixNano()
+	if cause != nil {
+		rec.Error = cause.Error()
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	c.boot.shareRecord(b)
 }
 
 // explained is a failure with the recorder's line added; it unwraps to
@@ -252,9 +273,10 @@ func isCallMismatch(err error) bool {
 }
 
 // explainAbort takes the records of the ranks in this process from their
-// rings and the others' from the recorder directory, where each rank
-// writes its own when the communicator aborts, waiting a little for those
-// not there yet.
+// rings, and the others' as they come over the bootstrap, where each rank
+// shares its own when the communicator aborts or closes, or else from the
+// recorder directory, where each also writes it; waiting a little for
+// those not there yet.
 func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 	c.recordAbort(cause)
 	recs := make([]*recorder.Record, c.size)
@@ -271,27 +293,50 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 	own := c.snapshot()
 	recs[c.rank] = &own
 	dir := c.obs.set.dir
-	if dir == "" {
-		return recorder.ExplainWhy(c.size, recs, time.Now(), "GOCCL_RECORDER_DIR is unset: the ranks' records have nowhere to meet")
-	}
-	deadline := time.Now().Add(recorderWait)
+	deadline := time.NewTimer(recorderWait)
+	defer deadline.Stop()
+	seen := make([][]byte, c.size) // the bootstrap's records already parsed
 	for {
+		shared, more := c.boot.peerRecords()
 		missing := 0
 		for r := range recs {
 			if r == c.rank || finalRecord(recs[r]) {
 				continue
 			}
-			if rec, err := recorder.ReadFile(filepath.Join(dir, recorder.FileName(r, c.obs.comm))); err == nil {
-				recs[r] = rec
+			if b := shared[r]; len(b) > 0 && (len(seen[r]) == 0 || &b[0] != &seen[r][0]) {
+				seen[r] = b
+				var rec recorder.Record
+				if json.Unmarshal(b, &rec) == nil && rec.Rank == r && rec.Comm == c.obs.comm {
+					recs[r] = &rec
+				}
+			}
+			if dir != "" && !finalRecord(recs[r]) {
+				if rec, err := recorder.ReadFile(filepath.Join(dir, recorder.FileName(r, c.obs.comm))); err == nil {
+					recs[r] = rec
+				}
 			}
 			if !finalRecord(recs[r]) {
 				missing++
 			}
 		}
-		if missing == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+		if missing == 0 {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-more:
+		case <-time.After(20 * time.Millisecond): // the files have no signal
+		case <-deadline.C:
+			return c.explainWith(recs, dir)
+		case <-ctx.Done():
+			return c.explainWith(recs, dir)
+		}
+	}
+	return c.explainWith(recs, dir)
+}
+
+func (c *Comm) explainWith(recs []*recorder.Record, dir string) string {
+	if dir == "" {
+		return recorder.ExplainWhy(c.size, recs, time.Now(), "none came over the bootstrap, and GOCCL_RECORDER_DIR is unset")
 	}
 	return recorder.Explain(c.size, recs, time.Now())
 }
@@ -325,17 +370,27 @@ func (c *Comm) explainMismatch(ctx context.Context) string {
 }
 
 // stopRecorder unregisters c, keeping its last calls for the ranks of
-// this process that may still wait for it; called by Close.
+// this process that may still wait for it, and shares them with the
+// other processes' (over the bootstrap, and in the recorder directory);
+// called by Close, before its goodbye.
 func (c *Comm) stopRecorder() {
-	if c.rec != nil {
-		c.resolve()
-		rec := c.rec.SnapshotLast(recorderGather)
-		rec.Reason = "close"
-		if c.obs.aborted.Load() {
-			rec.Reason = "abort"
-		}
-		unregister(c, &rec)
+	if c.rec == nil {
+		return
 	}
+	c.resolve()
+	rec := c.rec.SnapshotLast(recorderGather)
+	rec.Reason = "close"
+	if c.obs.aborted.Load() {
+		rec.Reason = "abort" // shared when it aborted
+	} else {
+		c.shareRecord("close", nil)
+		if dir := c.obs.set.dir; dir != "" {
+			if _, err := c.writeRecord(dir, "close", nil); err != nil {
+				c.log.Debug("goccl: flight recorder", "rank", c.rank, "err", err)
+			}
+		}
+	}
+	unregister(c, &rec)
 }
 
 // finalRecord reports whether rec is what its rank wrote last: it

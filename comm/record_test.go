@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -351,4 +352,49 @@ func TestRecorderNamesRecv(t *testing.T) {
 	got := rec.Calls[calls]
 	assert.Equal(t, []any{"Recv", uint64(0), 1, "int32", int64(len(buf)), "failed"},
 		[]any{got.Call, got.Seq, got.Peer, got.Type, got.Count, got.State})
+}
+
+// TestRecordsOverBootstrap: a record one rank shares reaches every other
+// rank (through rank 0, relayed, or from it), the latest kept; a closing
+// rank shares its own with reason "close".
+func TestRecordsOverBootstrap(t *testing.T) {
+	const n = 3
+	comms := hostCommsEnv(t, n, map[string]string{})
+	runCalls(t, comms, []call{{"AllReduce", 64}, {"Broadcast", 8}})
+	await := func(t *testing.T, at *Comm, from int, reason string) recorder.Record {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			recs, more := at.boot.peerRecords()
+			if b := recs[from]; b != nil {
+				var rec recorder.Record
+				require.NoError(t, json.Unmarshal(b, &rec))
+				if rec.Reason == reason {
+					return rec
+				}
+			}
+			select {
+			case <-more:
+			case <-deadline:
+				t.Fatalf("rank %d: no %q record from rank %d", at.Rank(), reason, from)
+			}
+		}
+	}
+	for _, from := range []int{0, 2} { // the root, and a leaf relayed by it
+		comms[from].shareRecord("dump", nil)
+		for _, at := range comms {
+			if at.Rank() == from {
+				continue
+			}
+			rec := await(t, at, from, "dump")
+			assert.Equal(t, from, rec.Rank)
+			require.Len(t, rec.Calls, 2)
+			assert.Equal(t, "Broadcast", rec.Calls[1].Call)
+		}
+	}
+	require.NoError(t, comms[1].Close())
+	for _, r := range []int{0, 2} {
+		rec := await(t, comms[r], 1, "close")
+		assert.Equal(t, uint64(2), rec.Calls[len(rec.Calls)-1].Seq)
+	}
 }

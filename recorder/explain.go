@@ -126,7 +126,11 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 		if w, ok := recs[r].P2PWait(); ok {
 			parts = append(parts, fmt.Sprintf("rank %d waits in a %s%s", r, w.Describe(), sinceCall(&w, now)))
 		} else if l, ok := last[r]; ok {
-			parts = append(parts, fmt.Sprintf("rank %d's last call: %s #%d, %s", r, l.Call, l.Seq, l.State))
+			s := fmt.Sprintf("rank %d's last call: %s #%d, %s", r, l.Call, l.Seq, l.State)
+			if recs[r].Reason == "close" {
+				s += ", then it closed its communicator"
+			}
+			parts = append(parts, s)
 		} else {
 			parts = append(parts, fmt.Sprintf("rank %d made no call yet", r))
 		}

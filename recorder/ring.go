@@ -48,6 +48,10 @@ type Ring struct {
 	// names are the algorithms' and transports' names the calls took,
 	// which entries keep as indexes (1 + position; 0: none).
 	names []string
+	// last is the path of the last call and its indexes: calls mostly
+	// take the path the one before took.
+	last      collectives.Path
+	lastCodes [2]uint8
 }
 
 // maxNames bounds Ring.names; a name beyond is not kept.
@@ -236,7 +240,10 @@ func (r *Ring) EndPath(id uint64, err error, p collectives.Path) {
 	r.mu.Lock()
 	e := &r.ents[id%uint64(len(r.ents))]
 	if e.id == id {
-		e.algo, e.transport = r.name(string(p.Algo)), r.name(p.Transport)
+		if p != r.last {
+			r.last, r.lastCodes = p, [2]uint8{r.name(string(p.Algo)), r.name(p.Transport)}
+		}
+		e.algo, e.transport = r.lastCodes[0], r.lastCodes[1]
 		switch {
 		case err != nil:
 			e.fin, e.state = t, Failed // when it gave up (0 on devices)

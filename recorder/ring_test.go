@@ -158,10 +158,14 @@ func TestRecordAllocations(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	r := testRing(DefaultSize, false)
 	a := collectives.Args{Coll: collectives.AllReduce, Count: 1024, Type: collectives.Float32}
+	// The path of a GPU call: both names found after the first few kept.
+	r.EndPath(r.Begin(&collectives.Args{Coll: collectives.Broadcast, Count: 1, Type: collectives.Int8}), nil,
+		collectives.Path{Algo: collectives.TwoShot, Transport: "shm"})
+	p := collectives.Path{Algo: collectives.LL, Transport: "vmm"}
 	b.ReportAllocs()
 	for b.Loop() {
 		a.Seq++
-		r.End(r.Begin(&a), nil)
+		r.EndPath(r.Begin(&a), nil, p)
 	}
 }
 

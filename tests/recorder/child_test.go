@@ -19,12 +19,13 @@ import (
 // childVar makes the test binary run one rank of a job instead of the
 // tests. The rank reads:
 //
-//	REC_FAULT    skip | other | stop: what REC_VICTIM does at call REC_AT
+//	REC_FAULT    skip | other | stop | close: what REC_VICTIM does at call REC_AT
 //	REC_VICTIM, REC_AT, REC_ITERS
 //
 // and makes REC_ITERS AllReduces of int32s (1024 of them), checking each
 // result. At call REC_AT the victim skips it and waits (skip), calls
-// AllGather instead (other), or stops itself with SIGSTOP (stop). It
+// AllGather instead (other), stops itself with SIGSTOP (stop), or closes
+// its communicator and exits (close). It
 // prints "FAILED err=..." when a call fails, "OK" when all succeeded.
 const childVar = "REC_CHILD"
 
@@ -70,6 +71,10 @@ func rankMain() int {
 				// The stop may take hold a moment later (it does under some
 				// sandboxes); it must find this rank outside the call.
 				select {}
+			case "close":
+				err := c.Close()
+				fmt.Printf("CLOSED err=%v\n", err)
+				return 0
 			case "other":
 				err = c.AllGather(ctx, ptr(send), ptr(recv), count, comm.Int32, 0)
 				runtime.KeepAlive(send)
