@@ -123,6 +123,11 @@ func TestKernelsOnCPU(t *testing.T) {
 			want: []string{"FAIL matrix2 launch 0: allreduce_oneshot", "rank=1: result: first wrong index 0 (1 wrong)"},
 		},
 		{
+			name: "a launch that stores no timestamps is reported",
+			args: []string{"-run", "matrix2", "-limit", "3", "-inject", "nostamp"},
+			want: []string{"FAIL matrix2 launch 1 (", "rank 1: timestamps: seq 1 (want 2)", "FAIL matrix2"},
+		},
+		{
 			name: "hang is reported",
 			args: []string{"-run", "matrix2", "-limit", "3", "-inject", "hang", "-timeout", "2"},
 			want: []string{"EMU-TIMEOUT matrix2 launch 1 (allreduce_oneshot", "rank 1 block 0", "state of every rank", "FAIL matrix2"},

@@ -47,7 +47,8 @@
 //   emu -list                     scenario names, one a line
 //   emu [-run a,b] [-timeout s] [-seed n] [-limit n] [-nojitter] [-inject fault]
 //
-// -inject breaks one thing on purpose: corrupt flips a bit of a result
+// -inject breaks one thing on purpose: nostamp gives rank 1's launch 1 no
+// timestamp slot (the check of the stored timestamps must notice), corrupt flips a bit of a result
 // (p2pcorrupt: of rank 1's first received buffer, p2p scenarios),
 // hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
 // reuse staging slots without waiting for the reader to free them (ce
@@ -599,8 +600,27 @@ void label_of(char* buf, size_t n, const Scenario& s, size_t li, const Launch& l
            l.inplace ? "in-place" : "out-of-place", me);
 }
 
+// check_stamp checks the timestamps a launch stored (common.cuh's
+// stamp_begin and stamp_end: every launch of these scenarios is timed):
+// its number last, start and end within the launch's wall-clock span, and
+// the blocks-done counter back at zero for the next launch.
+int check_stamp(const Comm& c, const goccl::Stamp* st, uint64_t seq, uint64_t t0, uint64_t t1, int me, const char* label) {
+  const uint64_t got = __atomic_load_n(&st->seq, __ATOMIC_ACQUIRE);
+  const uint64_t start = st->start, end = st->end;
+  const u32 left = *(volatile u32*)(c.ws[me] + goccl::kStampCountOffset);
+  if (got == seq && t0 <= start && start <= end && end <= t1 && left == 0) return 0;
+  printf("FAIL %s: timestamps: seq %llu (want %llu), start %+lld ns and end %+lld ns from the launch's start (span %llu ns), %u blocks left counted\n",
+         label, (unsigned long long)got, (unsigned long long)seq, (long long)(start - t0), (long long)(end - t0),
+         (unsigned long long)(t1 - t0), left);
+  return 1;
+}
+
 int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t nl) {
   int fails = 0;
+  // Where the launches store their timestamps: shared with the block
+  // processes, as host-mapped memory is with the GPU.
+  goccl::Stamp* stamp = (goccl::Stamp*)emu_map_shared(page_size());
+  if (stamp == nullptr) return kExitCrash;
   for (size_t li = 0; li < nl; li++) {
     if (o.inject == "hang" && me == 0 && li == 1) return fails ? kExitCheck : kExitOK;  // rank 0 goes missing
     if ((long)li == s.abortAt && me == 0) {
@@ -631,12 +651,15 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
     p.elemSize = (u32)l.es;
     p.llOffset = c.llOffset;
     p.seq = li + 1;  // every launch checks the peers' call numbers (common.cuh)
+    p.reserved[0] = o.inject == "nostamp" && me == 1 && li == 1 ? 0 : (uint64_t)stamp;
     if (l.delayRank == me) usleep((useconds_t)l.delayUs);
     emu_set_slow(l.delayRank == me && l.delaySlow ? 100 : 0);
     emu_set_dyn_smem(l.smem);
     char label[320];
     label_of(label, sizeof label, s, li, l, me);
+    const uint64_t t0 = goccl::globaltimer();
     const int rc = emu_launch(kernel_for(l.fam, l.dt, l.op), p, l.grid, l.threads, o.timeout, label);
+    const uint64_t t1 = goccl::globaltimer();
     if (rc != kExitOK) {
       printf("EMU-FATAL %s: %s\n", label,
              rc == kExitTimeout ? "timed out" : rc == kExitMisaligned ? "misaligned access" : "crashed");
@@ -648,6 +671,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
     }
     if (o.inject == "corrupt" && li == 0 && me == c.n - 1) b.recv[0] ^= 1;  // one ulp or one unit: the checker must notice
     fails += check(c, s, li, l, b, me);
+    fails += check_stamp(c, stamp, p.seq, t0, t1, me, label);
     fflush(stdout);
   }
   return fails ? kExitCheck : kExitOK;
