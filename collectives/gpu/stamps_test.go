@@ -110,6 +110,26 @@ func TestStampsCopyEnginesStoreNothing(t *testing.T) {
 		_, _, ok := bes[r].CallTimes(7)
 		assert.False(t, ok, "rank %d", r)
 	}
+	// A reduction's copies land where a kernel reduces them: the kernel,
+	// one launch of several in the call, stores nothing either, also after
+	// a kernel's call that did.
+	for r, be := range bes {
+		require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000,
+			Count: 2, Type: collectives.Float32, Op: collectives.Sum, Seq: 6}), "rank %d", r)
+		require.NotZero(t, u64at(drvs[r].launches[len(drvs[r].launches)-1].params, offStamp), "rank %d", r)
+	}
+	reduce := func(r int) collectives.Args {
+		return collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(0x4000_0000, r), Recv: rankAddr(0x4000_0000, r) + 4<<20,
+			Count: 512 << 10, Type: collectives.Float32, Op: collectives.Sum, Stream: uintptr(userStream), Seq: 8}
+	}
+	require.Equal(t, "ce", path(t, bes, drvs, reduce))
+	for r, d := range drvs {
+		require.NotEmpty(t, d.launches, "rank %d: the reduction's kernels", r)
+		for i, l := range d.launches {
+			assert.Zero(t, u64at(l.params, offStamp), "rank %d launch %d (%s)", r, i, l.name)
+		}
+		assert.Equal(t, collectives.CopyEngine, bes[r].LastPath().Algo, "rank %d", r)
+	}
 }
 
 func TestStampsFreedOnClose(t *testing.T) {
