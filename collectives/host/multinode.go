@@ -32,6 +32,7 @@ type multi struct {
 	all         []int // every rank, in order
 
 	local *backend
+	last  collectives.Path // LastPath
 	w     *ucx.Worker
 	boot  transport.Bootstrap
 

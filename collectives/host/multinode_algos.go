@@ -15,6 +15,17 @@ import (
 // path: every rank's data to every rank that needs it, over UCX, reduced
 // once in rank order (exact integer averages and one rounding of half
 // types, as on one node).
+// The paths across nodes, as LastPath names them: shared memory inside
+// a node, UCX between; the hierarchical algorithms or the flat ones.
+const (
+	multiTransport = "shm+ucx"
+	algoHier       = collectives.Algorithm("hierarchical")
+	algoFlat       = collectives.Algorithm("flat")
+)
+
+// LastPath implements collectives.PathTeller.
+func (m *multi) LastPath() collectives.Path { return m.last }
+
 func (m *multi) Run(ctx context.Context, a *collectives.Args) error {
 	if err := a.Validate(m.rank, m.n); err != nil {
 		return err
@@ -51,6 +62,14 @@ func (m *multi) run(ctx context.Context, a *collectives.Args) error {
 	}
 	esz := a.Type.Size()
 	cb := a.Count * esz
+	m.last = collectives.Path{Transport: multiTransport}
+	switch {
+	case a.Coll == collectives.AllReduce && hier,
+		(a.Coll == collectives.ReduceScatter || a.Coll == collectives.AllGather) && hier && len(m.members[m.node]) > 1:
+		m.last.Algo = algoHier
+	case a.Coll != collectives.Broadcast && a.Coll != collectives.Reduce:
+		m.last.Algo = algoFlat
+	}
 	switch a.Coll {
 	case collectives.AllReduce:
 		if !hier {

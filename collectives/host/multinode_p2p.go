@@ -25,6 +25,7 @@ func (m *multi) RunGroup(ctx context.Context, g *collectives.Group) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.last = collectives.Path{Transport: multiTransport}
 	var p2pErr error
 	if len(g.P2P) > 0 {
 		p2pErr = m.runPairs(ctx, g.P2P)

@@ -203,3 +203,44 @@ func TestAcrossNodesCountMismatch(t *testing.T) {
 	}
 	assert.NotZero(t, found, "no rank reported the mismatch")
 }
+
+// TestAcrossNodesPath: the backend names the path each call took across
+// nodes: hierarchical on equal nodes, flat on unequal ones or for an
+// average, none for Broadcast; shared memory and UCX always.
+func TestAcrossNodesPath(t *testing.T) {
+	needUCX(t)
+	cases := []struct {
+		layout string
+		coll   collectives.Collective
+		op     collectives.Op
+		want   collectives.Algorithm
+	}{
+		{"aabb", collectives.AllReduce, collectives.Sum, algoHier},
+		{"aabb", collectives.AllReduce, collectives.Avg, algoFlat},
+		{"abb", collectives.AllReduce, collectives.Sum, algoFlat},
+		{"aabb", collectives.AllGather, collectives.Sum, algoHier},
+		{"aabb", collectives.Broadcast, collectives.Sum, ""},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s %s %s", tc.layout, tc.coll, tc.op), func(t *testing.T) {
+			nodes := strings.Split(tc.layout, "")
+			n := len(nodes)
+			j := newJob(t, n, Config{StagingBytes: 4096, Nodes: nodes})
+			const count = 64
+			args := make([]collectives.Args, n)
+			bufs := make([][]byte, 0, 2*n)
+			for r := range args {
+				send, recv := alloc(count*4), alloc(count*4*n)
+				bufs = append(bufs, send, recv)
+				args[r] = collectives.Args{Coll: tc.coll, Send: addr(send), Recv: addr(recv), Count: count, Type: collectives.Float32, Op: tc.op}
+			}
+			errs := j.run(context.Background(), args)
+			runtime.KeepAlive(bufs)
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+				p := j.bes[r].(collectives.PathTeller).LastPath()
+				assert.Equal(t, collectives.Path{Algo: tc.want, Transport: multiTransport}, p, "rank %d", r)
+			}
+		})
+	}
+}
