@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -19,7 +21,9 @@ import (
 // childVar makes the test binary run one rank of a job instead of the
 // tests. The rank reads:
 //
-//	REC_FAULT    skip | other | stop | close: what REC_VICTIM does at call REC_AT
+//	REC_FAULT    skip | other | stop | close: what REC_VICTIM does at call REC_AT;
+//	             report: every rank prints its record's calls, statistics and
+//	             metrics endpoint's busbw and link lines at the end
 //	REC_VICTIM, REC_AT, REC_ITERS
 //
 // and makes REC_ITERS AllReduces of int32s (1024 of them), checking each
@@ -97,8 +101,39 @@ func rankMain() int {
 			}
 		}
 	}
+	if fault == "report" {
+		report(c)
+	}
 	fmt.Println("OK")
 	return 0
+}
+
+// report prints the rank's record and statistics, and the bandwidth lines
+// its metrics endpoint serves, as text the test matches.
+func report(c *comm.Comm) {
+	for _, k := range c.Record().Calls {
+		fmt.Printf("CALL seq=%d call=%s algo=%s transport=%s state=%s\n", k.Seq, k.Call, k.Algo, k.Transport, k.State)
+	}
+	for _, s := range c.Stats() {
+		fmt.Printf("STAT call=%s size=%d count=%d busbw=%.6f link=%g fraction=%g\n", s.Call, s.SizeClass, s.Count, s.BusBW, s.Link, s.LinkFraction)
+	}
+	addr := comm.MetricsAddr()
+	if addr == "" {
+		fmt.Println("METRIC none")
+		return
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		fmt.Println("METRIC error " + err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "goccl_busbw") || strings.HasPrefix(l, "goccl_link") {
+			fmt.Println("METRIC " + l)
+		}
+	}
 }
 
 func failed(err error) int {

@@ -27,6 +27,13 @@ func TestMain(m *testing.M) {
 // each rank's FAILED line, the launcher's stderr and its exit code.
 func runJob(t *testing.T, jobTimeout string, env ...string) (failed map[int]string, stderr string, code int) {
 	t.Helper()
+	failed, _, stderr, code = runJobOut(t, jobTimeout, env...)
+	return failed, stderr, code
+}
+
+// runJobOut is runJob that also returns each rank's output lines.
+func runJobOut(t *testing.T, jobTimeout string, env ...string) (failed map[int]string, lines map[int][]string, stderr string, code int) {
+	t.Helper()
 	// The job's recorder directory goes under this test's own temporary
 	// directory, out of the way of tests that watch the shared one.
 	t.Setenv("TMPDIR", t.TempDir())
@@ -39,21 +46,25 @@ func runJob(t *testing.T, jobTimeout string, env ...string) (failed map[int]stri
 	code = launcher.Main([]string{"-np", "4", "--tag-output", "--timeout", jobTimeout, "--grace", "3s",
 		os.Args[0], "-test.run=^$"}, &out, &errb)
 	t.Logf("job ended in %v with code %d", time.Since(t0), code)
-	failed = map[int]string{}
+	failed, lines = map[int]string{}, map[int][]string{}
 	for _, l := range strings.Split(out.String(), "\n") {
 		tag, rest, ok := strings.Cut(l, "] ")
 		if !ok || !strings.HasPrefix(tag, "[") {
 			continue
 		}
 		r, err := strconv.Atoi(tag[1:])
-		if err == nil && strings.HasPrefix(rest, "FAILED") {
+		if err != nil {
+			continue
+		}
+		lines[r] = append(lines[r], rest)
+		if strings.HasPrefix(rest, "FAILED") {
 			failed[r] = rest
 		}
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	}
-	return failed, errb.String(), code
+	return failed, lines, errb.String(), code
 }
 
 // The victim (rank 3) misbehaves at call 5 of 10. Every survivor's error
@@ -144,4 +155,39 @@ func TestStragglerNamedOnJobTimeout(t *testing.T) {
 	summary := summaryOf(t, stderr)
 	assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
 	assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
+}
+
+// TestPathsAndMetrics: a healthy job's ranks report, from their records,
+// the algorithm and transport of every call, from their statistics the
+// bus bandwidth (no link ceiling on the host backend), and their metrics
+// endpoints serve the same.
+func TestPathsAndMetrics(t *testing.T) {
+	const iters = 10
+	failed, lines, _, code := runJobOut(t, "60s", "REC_FAULT=report", "GOCCL_METRICS_ADDR=127.0.0.1:0", fmt.Sprintf("REC_ITERS=%d", iters))
+	require.Zero(t, code)
+	assert.Empty(t, failed)
+	for r := 0; r < 4; r++ {
+		var calls, stats, busbw, ceiling int
+		for _, l := range lines[r] {
+			switch {
+			case strings.HasPrefix(l, "CALL "):
+				calls++
+				assert.Regexp(t, `^CALL seq=\d+ call=AllReduce algo=oneshot transport=shm state=finished$`, l, "rank %d", r)
+			case strings.HasPrefix(l, "STAT "):
+				stats++
+				assert.Regexp(t, fmt.Sprintf(`^STAT call=AllReduce size=4096 count=%d busbw=\d+\.\d+ link=0 fraction=0$`, iters), l, "rank %d", r)
+			case strings.HasPrefix(l, "METRIC goccl_busbw_gbps{"):
+				busbw++
+				assert.Contains(t, l, fmt.Sprintf(`rank="%d"`, r))
+				assert.Contains(t, l, `call="AllReduce"`)
+			case strings.HasPrefix(l, "METRIC goccl_link_ceiling_gbps"), strings.HasPrefix(l, "METRIC goccl_busbw_link_fraction"):
+				ceiling++
+			}
+		}
+		assert.Equal(t, iters, calls, "rank %d: a CALL line per call", r)
+		assert.Equal(t, 1, stats, "rank %d: one size class", r)
+		assert.Equal(t, 1, busbw, "rank %d: the endpoint's busbw", r)
+		assert.Zero(t, ceiling, "rank %d: no link ceiling on the host backend", r)
+		assert.Contains(t, lines[r], "OK", "rank %d", r)
+	}
 }
