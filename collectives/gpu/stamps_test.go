@@ -23,6 +23,7 @@ func TestStampsGivenToKernels(t *testing.T) {
 	bes, drvs, _ := newFakeBackends(t, 2, Config{Stamps: slots})
 	be, d := bes[0], drvs[0]
 	require.Len(t, d.bigHost, 1, "one table")
+	assert.Equal(t, 2, d.allocs, "the abort flag and the table")
 	table := uint64(uintptr(unsafe.Pointer(&d.bigHost[0][0])))
 	for i, w := range d.bigHost[0][:slots*stampBytes/8] {
 		require.Zero(t, w, "word %d of the table is cleared", i)
@@ -79,6 +80,7 @@ func TestStampsOff(t *testing.T) {
 	bes, drvs, _ := newFakeBackends(t, 2, Config{})
 	be, d := bes[0], drvs[0]
 	assert.Empty(t, d.bigHost, "no table without a recorder")
+	assert.Equal(t, 1, d.allocs, "host memory for the abort flag only")
 	require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000,
 		Count: 2, Type: collectives.Float32, Op: collectives.Sum, Seq: 3}))
 	assert.Zero(t, u64at(d.launches[len(d.launches)-1].params, offStamp))
