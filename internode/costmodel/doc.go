@@ -11,8 +11,9 @@
 //   - flat ring: one ring (a pipelined chain for Broadcast) over all N·G
 //     ranks, node after node, as many rings as a node has NICs, each ring
 //     leaving a node through its own NIC. Every link of the ring is busy at
-//     once, so the time is the slower link's, plus one step latency per ring
-//     step.
+//     once, so the time is the slower link's, plus the latency of every hop
+//     a piece of data makes along the ring (NIC hops at the network's step
+//     latency, the others at NVLink's).
 //   - hierarchical (goccl's across nodes): a reduce-scatter inside the node
 //     (over NVLink), then each GPU's 1/G shard crosses the nodes along its
 //     rail (the GPUs of one local rank, one per node) as a ring, NCCL's

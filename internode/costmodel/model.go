@@ -276,28 +276,33 @@ func (p *Prediction) add(name string, k Link, bytes float64, steps int) {
 // flat is one ring over all n ranks. Each rank sends F·S in all (F: the
 // collective's ring factor); with the rings spread evenly over a node's
 // GPUs and NICs, 1/G of a GPU's ring traffic leaves the node on its share
-// of the NICs and the rest goes over NVLink. A ring step waits on its
-// slowest hop, a NIC's once the ring spans nodes.
+// of the NICs and the rest goes over NVLink. Latency: a piece of data
+// makes its way hop by hop along the ring (2(n-1) hops for AllReduce, n-1
+// for the others), each hop costing its link's step latency; the piece
+// that crosses the most node boundaries decides: 2N of its hops for
+// AllReduce, N for ReduceScatter and AllGather, N-1 for a chain from the
+// root (fewer when the ring has fewer hops).
 func flat(p *Prediction) {
 	sys, s := p.System, float64(p.Size)
-	n, g := sys.Ranks(), float64(sys.GPUs)
+	n, g, nodes := sys.Ranks(), float64(sys.GPUs), sys.Nodes
 	var f float64
-	steps := n - 1
+	hops, netHops := n-1, nodes
 	switch p.Collective {
 	case AllReduce:
-		f, steps = 2*float64(n-1)/float64(n), 2*(n-1)
+		f, hops, netHops = 2*float64(n-1)/float64(n), 2*(n-1), 2*nodes
 	case ReduceScatter, AllGather:
 		f = float64(n-1) / float64(n)
 	case Broadcast:
-		f = 1 // a pipelined chain: every rank but the last forwards S
+		f, netHops = 1, nodes-1 // a pipelined chain: every rank but the last forwards S
 	}
 	p.Concurrent = true
-	if sys.Nodes == 1 {
-		p.add("ring", NVLink, f*s, steps)
+	if nodes == 1 {
+		p.add("ring", NVLink, f*s, hops)
 		return
 	}
-	p.add("NVLink hops", NVLink, f*s*(1-1/g), 0)
-	p.add("NIC hops", NIC, f*s/g, steps)
+	netHops = min(netHops, hops)
+	p.add("NVLink hops", NVLink, f*s*(1-1/g), hops-netHops)
+	p.add("NIC hops", NIC, f*s/g, netHops)
 }
 
 // hierarchical is goccl's schedule across nodes: legs inside the node and

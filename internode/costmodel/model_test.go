@@ -180,8 +180,9 @@ func TestBandwidthLimits(t *testing.T) {
 	}
 }
 
-// The latency term: one step latency per ring step, per tree level up and
-// down, per leg of the direct exchange; with one byte, time is latency.
+// The latency term: each hop of a ring or chain at its link's step
+// latency, a tree's levels up and down, one step for a direct exchange;
+// with one byte, time is latency.
 func TestLatencyTerm(t *testing.T) {
 	sys := dgx(4) // 32 ranks
 	sys.NVLinkStep, sys.NetStep = time.Microsecond, 5*time.Microsecond
@@ -191,12 +192,14 @@ func TestLatencyTerm(t *testing.T) {
 		sched costmodel.Schedule
 		want  float64
 	}{
-		{costmodel.AllReduce, costmodel.FlatRing, 2 * 31 * 5 * us},
+		// 62 hops, 8 of them between nodes
+		{costmodel.AllReduce, costmodel.FlatRing, (8*5 + 54) * us},
 		{costmodel.AllReduce, costmodel.HierRing, (7 + 2*3*5 + 7) * us},
 		// 4 nodes: tree depth 2 (ranks 0..3, root at position 4)
 		{costmodel.AllReduce, costmodel.HierTree, (7 + 2*2*5 + 7) * us},
 		{costmodel.AllReduce, costmodel.HierDirect, (7 + 5 + 7) * us},
-		{costmodel.ReduceScatter, costmodel.FlatRing, 31 * 5 * us},
+		{costmodel.ReduceScatter, costmodel.FlatRing, (4*5 + 27) * us},
+		{costmodel.Broadcast, costmodel.FlatRing, (3*5 + 28) * us},
 		{costmodel.AllGather, costmodel.HierRing, (3*5 + 7) * us},
 		{costmodel.Broadcast, costmodel.HierDirect, (5 + 7) * us},
 	} {
