@@ -1,0 +1,162 @@
+// The C side of the nccl package: libnccl.so.2 resolved by dlopen. The
+// few types its calls take are declared here from NCCL's public ABI
+// (stable since 2.0): results, data types and operators are ints, a
+// communicator is a pointer, a unique id is 128 bytes passed by value.
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct { unsigned char internal[128]; } gn_uid;
+typedef void *gn_comm;
+
+typedef struct {
+	void *h;
+	int (*get_version)(int *);
+	const char *(*error_string)(int);
+	const char *(*last_error)(gn_comm);
+	int (*get_unique_id)(gn_uid *);
+	int (*init_rank)(gn_comm *, int, gn_uid, int);
+	int (*all_reduce)(const void *, void *, size_t, int, int, gn_comm, void *);
+	int (*reduce_scatter)(const void *, void *, size_t, int, int, gn_comm, void *);
+	int (*all_gather)(const void *, void *, size_t, int, gn_comm, void *);
+	int (*broadcast)(const void *, void *, size_t, int, int, gn_comm, void *);
+	int (*reduce)(const void *, void *, size_t, int, int, int, gn_comm, void *);
+	int (*send)(const void *, size_t, int, int, gn_comm, void *);
+	int (*recv)(void *, size_t, int, int, gn_comm, void *);
+	int (*group_start)(void);
+	int (*group_end)(void);
+	int (*async_error)(gn_comm, int *);
+	int (*abort)(gn_comm);
+	int (*destroy)(gn_comm);
+} gn_lib;
+
+static gn_lib L;
+
+// The context goccl drives is made current on the calling thread before
+// each call that launches or initializes, as NCCL works on the current
+// device; libcuda is already loaded by goccl, so this dlopen only finds it.
+static int (*p_ctx_set_current)(void *);
+
+static void set_ctx(uintptr_t ctx) {
+	if (ctx && p_ctx_set_current) p_ctx_set_current((void *)ctx);
+}
+
+#define SYM(field, name) do { *(void **)(&l.field) = dlsym(h, name); if (!l.field) { snprintf(err, errlen, "symbol %s missing", name); dlclose(h); return -1; } } while (0)
+
+// gn_load opens path and resolves every symbol. The library is kept only
+// when it is not goccl's own NCCL-API library (whose error text names
+// goccl): probe then receives that text and the call returns 1.
+int gn_load(const char *path, char *err, size_t errlen, int *version, char *probe, size_t probelen) {
+	gn_lib l;
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+		return -1;
+	}
+	memset(&l, 0, sizeof l);
+	SYM(get_version, "ncclGetVersion");
+	SYM(error_string, "ncclGetErrorString");
+	SYM(get_unique_id, "ncclGetUniqueId");
+	SYM(init_rank, "ncclCommInitRank");
+	SYM(all_reduce, "ncclAllReduce");
+	SYM(reduce_scatter, "ncclReduceScatter");
+	SYM(all_gather, "ncclAllGather");
+	SYM(broadcast, "ncclBroadcast");
+	SYM(reduce, "ncclReduce");
+	SYM(send, "ncclSend");
+	SYM(recv, "ncclRecv");
+	SYM(group_start, "ncclGroupStart");
+	SYM(group_end, "ncclGroupEnd");
+	SYM(async_error, "ncclCommGetAsyncError");
+	SYM(abort, "ncclCommAbort");
+	SYM(destroy, "ncclCommDestroy");
+	*(void **)(&l.last_error) = dlsym(h, "ncclGetLastError"); // 2.13 and later
+	// ncclInternalError's text: goccl's library names goccl in it.
+	const char *s = l.error_string(3);
+	snprintf(probe, probelen, "%s", s ? s : "");
+	if (s && strstr(s, "goccl")) {
+		dlclose(h);
+		return 1;
+	}
+	*version = 0;
+	if (l.get_version(version) != 0) {
+		snprintf(err, errlen, "ncclGetVersion failed");
+		dlclose(h);
+		return -1;
+	}
+	l.h = h;
+	L = l;
+	void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	if (!cu) cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (cu) *(void **)(&p_ctx_set_current) = dlsym(cu, "cuCtxSetCurrent");
+	return 0;
+}
+
+const char *gn_error_string(int r) { return L.error_string(r); }
+
+const char *gn_last_error(void *comm) { return L.last_error ? L.last_error(comm) : ""; }
+
+int gn_unique_id(unsigned char *id) {
+	gn_uid u;
+	int r = L.get_unique_id(&u);
+	memcpy(id, u.internal, sizeof u.internal);
+	return r;
+}
+
+int gn_init_rank(uintptr_t cuctx, void **comm, int nranks, const unsigned char *id, int rank) {
+	gn_uid u;
+	memcpy(u.internal, id, sizeof u.internal);
+	set_ctx(cuctx);
+	return L.init_rank(comm, nranks, u, rank);
+}
+
+#define P(x) ((void *)(x))
+
+int gn_all_reduce(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.all_reduce(P(send), P(recv), count, dt, op, comm, P(stream));
+}
+
+int gn_reduce_scatter(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.reduce_scatter(P(send), P(recv), count, dt, op, comm, P(stream));
+}
+
+int gn_all_gather(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.all_gather(P(send), P(recv), count, dt, comm, P(stream));
+}
+
+int gn_broadcast(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int root, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.broadcast(P(send), P(recv), count, dt, root, comm, P(stream));
+}
+
+int gn_reduce(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, int root, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.reduce(P(send), P(recv), count, dt, op, root, comm, P(stream));
+}
+
+int gn_send(uintptr_t cuctx, uintptr_t buf, size_t count, int dt, int peer, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.send(P(buf), count, dt, peer, comm, P(stream));
+}
+
+int gn_recv(uintptr_t cuctx, uintptr_t buf, size_t count, int dt, int peer, void *comm, uintptr_t stream) {
+	set_ctx(cuctx);
+	return L.recv(P(buf), count, dt, peer, comm, P(stream));
+}
+
+int gn_group_start(void) { return L.group_start(); }
+
+int gn_group_end(uintptr_t cuctx) {
+	set_ctx(cuctx);
+	return L.group_end();
+}
+
+int gn_async_error(void *comm, int *res) { return L.async_error(comm, res); }
+int gn_abort(void *comm) { return L.abort(comm); }
+int gn_destroy(void *comm) { return L.destroy(comm); }
