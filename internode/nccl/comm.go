@@ -62,13 +62,13 @@ func check(call string, r C.int, comm unsafe.Pointer) error {
 	if r == resultSuccess {
 		return nil
 	}
-	return &Error{Call: call, Result: int(r), Text: C.GoString(C.gn_error_string(r)), Detail: C.GoString(C.gn_last_error(comm))}
+	return &Error{Call: call, Result: int(r), Text: C.GoString(C.gnccl_error_string(r)), Detail: C.GoString(C.gnccl_last_error(comm))}
 }
 
 // GetUniqueID makes the id of a new communicator.
 func (l *Library) GetUniqueID() (UniqueID, error) {
 	var id UniqueID
-	r := C.gn_unique_id((*C.uchar)(unsafe.Pointer(&id[0])))
+	r := C.gnccl_unique_id((*C.uchar)(unsafe.Pointer(&id[0])))
 	return id, check("ncclGetUniqueId", r, nil)
 }
 
@@ -99,7 +99,7 @@ func (l *Library) InitRank(cuctx uintptr, nranks, rank int, id UniqueID, hostID 
 		}()
 	}
 	var h unsafe.Pointer
-	r := C.gn_init_rank(C.uintptr_t(cuctx), &h, C.int(nranks), (*C.uchar)(unsafe.Pointer(&id[0])), C.int(rank))
+	r := C.gnccl_init_rank(C.uintptr_t(cuctx), &h, C.int(nranks), (*C.uchar)(unsafe.Pointer(&id[0])), C.int(rank))
 	if err := check("ncclCommInitRank", r, nil); err != nil {
 		return nil, err
 	}
@@ -108,11 +108,11 @@ func (l *Library) InitRank(cuctx uintptr, nranks, rank int, id UniqueID, hostID 
 
 // GroupStart and GroupEnd bracket calls that NCCL must issue together
 // (Sends and Recvs to several peers); GroupEnd makes cuctx current first.
-func (l *Library) GroupStart() error { return check("ncclGroupStart", C.gn_group_start(), nil) }
+func (l *Library) GroupStart() error { return check("ncclGroupStart", C.gnccl_group_start(), nil) }
 
 // GroupEnd ends the group GroupStart began and enqueues its work.
 func (l *Library) GroupEnd(cuctx uintptr) error {
-	return check("ncclGroupEnd", C.gn_group_end(C.uintptr_t(cuctx)), nil)
+	return check("ncclGroupEnd", C.gnccl_group_end(C.uintptr_t(cuctx)), nil)
 }
 
 // Comm is one NCCL communicator. Its calls enqueue on the given stream
@@ -146,7 +146,7 @@ func (c *Comm) AllReduce(send, recv uintptr, count int, t DataType, op Op, strea
 	if c.gone {
 		return errGone
 	}
-	return check("ncclAllReduce", C.gn_all_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream)), c.h)
+	return check("ncclAllReduce", C.gnccl_all_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream)), c.h)
 }
 
 // ReduceScatter enqueues ncclReduceScatter; count is each rank's block.
@@ -156,7 +156,7 @@ func (c *Comm) ReduceScatter(send, recv uintptr, count int, t DataType, op Op, s
 	if c.gone {
 		return errGone
 	}
-	return check("ncclReduceScatter", C.gn_reduce_scatter(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream)), c.h)
+	return check("ncclReduceScatter", C.gnccl_reduce_scatter(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream)), c.h)
 }
 
 // AllGather enqueues ncclAllGather; count is each rank's block.
@@ -166,7 +166,7 @@ func (c *Comm) AllGather(send, recv uintptr, count int, t DataType, stream uintp
 	if c.gone {
 		return errGone
 	}
-	return check("ncclAllGather", C.gn_all_gather(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), c.h, ptr(stream)), c.h)
+	return check("ncclAllGather", C.gnccl_all_gather(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), c.h, ptr(stream)), c.h)
 }
 
 // Broadcast enqueues ncclBroadcast from root.
@@ -176,7 +176,7 @@ func (c *Comm) Broadcast(send, recv uintptr, count int, t DataType, root int, st
 	if c.gone {
 		return errGone
 	}
-	return check("ncclBroadcast", C.gn_broadcast(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(root), c.h, ptr(stream)), c.h)
+	return check("ncclBroadcast", C.gnccl_broadcast(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(root), c.h, ptr(stream)), c.h)
 }
 
 // Reduce enqueues ncclReduce to root.
@@ -186,7 +186,7 @@ func (c *Comm) Reduce(send, recv uintptr, count int, t DataType, op Op, root int
 	if c.gone {
 		return errGone
 	}
-	return check("ncclReduce", C.gn_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), C.int(root), c.h, ptr(stream)), c.h)
+	return check("ncclReduce", C.gnccl_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), C.int(root), c.h, ptr(stream)), c.h)
 }
 
 // Send enqueues ncclSend of count elements to peer.
@@ -196,7 +196,7 @@ func (c *Comm) Send(buf uintptr, count int, t DataType, peer int, stream uintptr
 	if c.gone {
 		return errGone
 	}
-	return check("ncclSend", C.gn_send(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream)), c.h)
+	return check("ncclSend", C.gnccl_send(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream)), c.h)
 }
 
 // Recv enqueues ncclRecv of count elements from peer.
@@ -206,7 +206,7 @@ func (c *Comm) Recv(buf uintptr, count int, t DataType, peer int, stream uintptr
 	if c.gone {
 		return errGone
 	}
-	return check("ncclRecv", C.gn_recv(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream)), c.h)
+	return check("ncclRecv", C.gnccl_recv(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream)), c.h)
 }
 
 // AsyncError is the communicator's asynchronous error (a peer gone, a
@@ -218,7 +218,7 @@ func (c *Comm) AsyncError() error {
 		return nil
 	}
 	var res C.int
-	if err := check("ncclCommGetAsyncError", C.gn_async_error(c.h, &res), c.h); err != nil {
+	if err := check("ncclCommGetAsyncError", C.gnccl_async_error(c.h, &res), c.h); err != nil {
 		return err
 	}
 	if res == resultSuccess || res == resultInProgress {
@@ -236,7 +236,7 @@ func (c *Comm) Abort() error {
 		return nil
 	}
 	c.gone = true
-	return check("ncclCommAbort", C.gn_abort(c.h), nil)
+	return check("ncclCommAbort", C.gnccl_abort(c.h), nil)
 }
 
 // Destroy waits for the communicator's work and frees it.
@@ -247,5 +247,5 @@ func (c *Comm) Destroy() error {
 		return nil
 	}
 	c.gone = true
-	return check("ncclCommDestroy", C.gn_destroy(c.h), nil)
+	return check("ncclCommDestroy", C.gnccl_destroy(c.h), nil)
 }

@@ -175,7 +175,7 @@ func open(p string) (*Library, string) {
 	defer C.free(unsafe.Pointer(cp))
 	var buf, probe [512]C.char
 	var ver C.int
-	switch C.gn_load(cp, &buf[0], C.size_t(len(buf)), &ver, &probe[0], C.size_t(len(probe))) {
+	switch C.gnccl_load(cp, &buf[0], C.size_t(len(buf)), &ver, &probe[0], C.size_t(len(probe))) {
 	case 0:
 	case 1:
 		return nil, "goccl's own NCCL-API library (it reports " + C.GoString(&probe[0]) + "), not NCCL"

@@ -8,31 +8,31 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct { unsigned char internal[128]; } gn_uid;
-typedef void *gn_comm;
+typedef struct { unsigned char internal[128]; } gnccl_uid;
+typedef void *gnccl_comm;
 
 typedef struct {
 	void *h;
 	int (*get_version)(int *);
 	const char *(*error_string)(int);
-	const char *(*last_error)(gn_comm);
-	int (*get_unique_id)(gn_uid *);
-	int (*init_rank)(gn_comm *, int, gn_uid, int);
-	int (*all_reduce)(const void *, void *, size_t, int, int, gn_comm, void *);
-	int (*reduce_scatter)(const void *, void *, size_t, int, int, gn_comm, void *);
-	int (*all_gather)(const void *, void *, size_t, int, gn_comm, void *);
-	int (*broadcast)(const void *, void *, size_t, int, int, gn_comm, void *);
-	int (*reduce)(const void *, void *, size_t, int, int, int, gn_comm, void *);
-	int (*send)(const void *, size_t, int, int, gn_comm, void *);
-	int (*recv)(void *, size_t, int, int, gn_comm, void *);
+	const char *(*last_error)(gnccl_comm);
+	int (*get_unique_id)(gnccl_uid *);
+	int (*init_rank)(gnccl_comm *, int, gnccl_uid, int);
+	int (*all_reduce)(const void *, void *, size_t, int, int, gnccl_comm, void *);
+	int (*reduce_scatter)(const void *, void *, size_t, int, int, gnccl_comm, void *);
+	int (*all_gather)(const void *, void *, size_t, int, gnccl_comm, void *);
+	int (*broadcast)(const void *, void *, size_t, int, int, gnccl_comm, void *);
+	int (*reduce)(const void *, void *, size_t, int, int, int, gnccl_comm, void *);
+	int (*send)(const void *, size_t, int, int, gnccl_comm, void *);
+	int (*recv)(void *, size_t, int, int, gnccl_comm, void *);
 	int (*group_start)(void);
 	int (*group_end)(void);
-	int (*async_error)(gn_comm, int *);
-	int (*abort)(gn_comm);
-	int (*destroy)(gn_comm);
-} gn_lib;
+	int (*async_error)(gnccl_comm, int *);
+	int (*abort)(gnccl_comm);
+	int (*destroy)(gnccl_comm);
+} gnccl_lib;
 
-static gn_lib L;
+static gnccl_lib L;
 
 // The context goccl drives is made current on the calling thread before
 // each call that launches or initializes, as NCCL works on the current
@@ -45,11 +45,11 @@ static void set_ctx(uintptr_t ctx) {
 
 #define SYM(field, name) do { *(void **)(&l.field) = dlsym(h, name); if (!l.field) { snprintf(err, errlen, "symbol %s missing", name); dlclose(h); return -1; } } while (0)
 
-// gn_load opens path and resolves every symbol. The library is kept only
+// gnccl_load opens path and resolves every symbol. The library is kept only
 // when it is not goccl's own NCCL-API library (whose error text names
 // goccl): probe then receives that text and the call returns 1.
-int gn_load(const char *path, char *err, size_t errlen, int *version, char *probe, size_t probelen) {
-	gn_lib l;
+int gnccl_load(const char *path, char *err, size_t errlen, int *version, char *probe, size_t probelen) {
+	gnccl_lib l;
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		const char *e = dlerror();
@@ -95,19 +95,19 @@ int gn_load(const char *path, char *err, size_t errlen, int *version, char *prob
 	return 0;
 }
 
-const char *gn_error_string(int r) { return L.error_string(r); }
+const char *gnccl_error_string(int r) { return L.error_string(r); }
 
-const char *gn_last_error(void *comm) { return L.last_error ? L.last_error(comm) : ""; }
+const char *gnccl_last_error(void *comm) { return L.last_error ? L.last_error(comm) : ""; }
 
-int gn_unique_id(unsigned char *id) {
-	gn_uid u;
+int gnccl_unique_id(unsigned char *id) {
+	gnccl_uid u;
 	int r = L.get_unique_id(&u);
 	memcpy(id, u.internal, sizeof u.internal);
 	return r;
 }
 
-int gn_init_rank(uintptr_t cuctx, void **comm, int nranks, const unsigned char *id, int rank) {
-	gn_uid u;
+int gnccl_init_rank(uintptr_t cuctx, void **comm, int nranks, const unsigned char *id, int rank) {
+	gnccl_uid u;
 	memcpy(u.internal, id, sizeof u.internal);
 	set_ctx(cuctx);
 	return L.init_rank(comm, nranks, u, rank);
@@ -115,48 +115,48 @@ int gn_init_rank(uintptr_t cuctx, void **comm, int nranks, const unsigned char *
 
 #define P(x) ((void *)(x))
 
-int gn_all_reduce(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, void *comm, uintptr_t stream) {
+int gnccl_all_reduce(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.all_reduce(P(send), P(recv), count, dt, op, comm, P(stream));
 }
 
-int gn_reduce_scatter(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, void *comm, uintptr_t stream) {
+int gnccl_reduce_scatter(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.reduce_scatter(P(send), P(recv), count, dt, op, comm, P(stream));
 }
 
-int gn_all_gather(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, void *comm, uintptr_t stream) {
+int gnccl_all_gather(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.all_gather(P(send), P(recv), count, dt, comm, P(stream));
 }
 
-int gn_broadcast(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int root, void *comm, uintptr_t stream) {
+int gnccl_broadcast(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int root, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.broadcast(P(send), P(recv), count, dt, root, comm, P(stream));
 }
 
-int gn_reduce(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, int root, void *comm, uintptr_t stream) {
+int gnccl_reduce(uintptr_t cuctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, int root, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.reduce(P(send), P(recv), count, dt, op, root, comm, P(stream));
 }
 
-int gn_send(uintptr_t cuctx, uintptr_t buf, size_t count, int dt, int peer, void *comm, uintptr_t stream) {
+int gnccl_send(uintptr_t cuctx, uintptr_t buf, size_t count, int dt, int peer, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.send(P(buf), count, dt, peer, comm, P(stream));
 }
 
-int gn_recv(uintptr_t cuctx, uintptr_t buf, size_t count, int dt, int peer, void *comm, uintptr_t stream) {
+int gnccl_recv(uintptr_t cuctx, uintptr_t buf, size_t count, int dt, int peer, void *comm, uintptr_t stream) {
 	set_ctx(cuctx);
 	return L.recv(P(buf), count, dt, peer, comm, P(stream));
 }
 
-int gn_group_start(void) { return L.group_start(); }
+int gnccl_group_start(void) { return L.group_start(); }
 
-int gn_group_end(uintptr_t cuctx) {
+int gnccl_group_end(uintptr_t cuctx) {
 	set_ctx(cuctx);
 	return L.group_end();
 }
 
-int gn_async_error(void *comm, int *res) { return L.async_error(comm, res); }
-int gn_abort(void *comm) { return L.abort(comm); }
-int gn_destroy(void *comm) { return L.destroy(comm); }
+int gnccl_async_error(void *comm, int *res) { return L.async_error(comm, res); }
+int gnccl_abort(void *comm) { return L.abort(comm); }
+int gnccl_destroy(void *comm) { return L.destroy(comm); }
