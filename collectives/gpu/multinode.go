@@ -236,9 +236,9 @@ func agreeJob(ctx context.Context, b transport.Bootstrap, step string, lerr erro
 }
 
 // connect makes the rail and flat NCCL communicators: each rail's rank on
-// node 0 and rank 0 draw the ids, sent over the job's bootstrap; NCCL_HOSTID
-// is the node's key on a rail (its ranks are on distinct nodes) and the
-// node's key and local rank on the flat one (see flatHostID).
+// node 0 and rank 0 draw the ids, sent over the job's bootstrap. Both are
+// made with one NCCL_HOSTID per rank (hostID): NCCL reads it once per
+// process, at the first init.
 func (m *multi) connect(ctx context.Context, b transport.Bootstrap, eng interEngine, cuctx uintptr, nodeKey string) error {
 	m.eng, m.cuctx = eng, cuctx
 	var railID, flatID nccl.UniqueID
@@ -286,14 +286,15 @@ func (m *multi) connect(ctx context.Context, b transport.Bootstrap, eng interEng
 
 	// Every rank makes its rail communicator, then the flat one, so the
 	// blocking inits meet in the same order everywhere.
+	host := hostID(nodeKey, m.lrank)
 	if m.equal {
-		m.rail, lerr = eng.InitRank(cuctx, m.K, m.node, railID, "goccl-"+nodeKey)
+		m.rail, lerr = eng.InitRank(cuctx, m.K, m.node, railID, host)
 		if lerr != nil {
 			lerr = fmt.Errorf("gpu backend: NCCL rail %d (ranks %v): %w", m.lrank, m.railRanks(), lerr)
 		}
 	}
 	if lerr == nil {
-		m.flat, lerr = eng.InitRank(cuctx, m.n, m.rank, flatID, flatHostID(nodeKey, m.lrank))
+		m.flat, lerr = eng.InitRank(cuctx, m.n, m.rank, flatID, host)
 		if lerr != nil {
 			lerr = fmt.Errorf("gpu backend: NCCL communicator of all %d ranks: %w", m.n, lerr)
 		}
@@ -305,15 +306,18 @@ func (m *multi) connect(ctx context.Context, b transport.Bootstrap, eng interEng
 	return nil
 }
 
-// flatHostID gives each rank of the flat communicator a host of its own
-// in NCCL's eyes. NCCL refuses two ranks of one communicator on one GPU
-// of one host, which ranks sharing a GPU would be; and ranks of one node
-// never use the flat communicator to reach each other (goccl's own
-// transports carry their traffic), so NCCL's transports inside a node
-// are not needed. The cost: NCCL cannot route a rank's traffic through a
-// peer's NIC on its node (PXN), and where the nodes' sizes differ the
-// flat collectives cross the network between ranks of one node too.
-func flatHostID(nodeKey string, lrank int) string {
+// hostID is the NCCL_HOSTID of a rank: its node's key and its local rank,
+// so that every rank is a host of its own in NCCL's eyes. NCCL refuses two
+// ranks of one communicator on one GPU of one host, which ranks sharing a
+// GPU would be on the flat communicator; and ranks of one node never use
+// NCCL to reach each other (goccl's own transports carry their traffic),
+// so NCCL's transports inside a node are not needed. A rail's ranks are on
+// distinct nodes either way. The cost: NCCL cannot route a rank's traffic
+// through a peer's NIC on its node (PXN), and where the nodes' sizes
+// differ the flat collectives cross the network between ranks of one node
+// too. (NCCL reads NCCL_HOSTID once per process, so the rail and the flat
+// communicator must be given the same.)
+func hostID(nodeKey string, lrank int) string {
 	return fmt.Sprintf("goccl-%s-%d", nodeKey, lrank)
 }
 

@@ -13,10 +13,12 @@
 // goccl. It checks the release (2.19 or newer). Its error names every
 // path tried and why each failed, and the setting to use.
 //
-// InitRank makes one communicator: it sets NCCL_HOSTID to the caller's
-// node identity for the length of ncclCommInitRank (NCCL reads it there
-// and nowhere else), so that NCCL and goccl agree on which ranks share a
-// node; inits are serialized within the process for that reason. Every
+// InitRank makes one communicator: it sets NCCL_HOSTID to the id the
+// caller derives from goccl's node identity for the length of
+// ncclCommInitRank, so that NCCL and goccl agree on where the ranks are.
+// NCCL reads it at the process's first init and keeps it: every init of
+// a process must be given the same id. Inits are serialized within the
+// process. Every
 // collective and point-to-point call is enqueued on the caller's CUDA
 // stream with the caller's CUDA context made current, so that CUDA graph
 // capture records it as it records goccl's own kernels.
