@@ -25,9 +25,10 @@ import (
 //   - Broadcast: the root's rail broadcasts, then every node from its rank
 //     on that rail. Reduce: every node reduces to its rank on the root's
 //     rail, then that rail reduces to the root.
-// Avg stays exact: each leg averages over ranks of equal weight.
-// Where the nodes' sizes differ, every collective runs on NCCL's flat
-// communicator.
+// A floating-point Avg averages on each leg (over ranks of equal weight);
+// an integer Avg, which truncates once after the whole sum, runs on NCCL's
+// flat communicator, as does every collective where the nodes' sizes
+// differ.
 
 // Run enqueues one validated collective on a.Stream.
 func (m *multi) Run(ctx context.Context, a *collectives.Args) error {
@@ -43,9 +44,14 @@ func (m *multi) Run(ctx context.Context, a *collectives.Args) error {
 		return collectives.ErrClosed
 	}
 	var err error
-	if !m.equal {
+	switch {
+	case !m.equal:
 		err = m.runFlat(a)
-	} else {
+	case a.Op == collectives.Avg && !a.Type.IsFloat():
+		// An integer average truncates once, after the whole sum: an
+		// average of the nodes' averages would truncate twice.
+		err = m.runFlat(a)
+	default:
 		switch a.Coll {
 		case collectives.AllReduce:
 			err = m.allReduce(ctx, a)
@@ -239,9 +245,9 @@ func (m *multi) reduce(ctx context.Context, a *collectives.Args) error {
 }
 
 // runFlat runs a collective on the flat communicator (nodes of unequal
-// size: no rails), logged once.
+// size, logged once; or an integer Avg).
 func (m *multi) runFlat(a *collectives.Args) error {
-	if !m.flatLog {
+	if !m.flatLog && !m.equal {
 		m.flatLog = true
 		m.log.Info("goccl gpu backend: collectives run flat over NCCL: the nodes hold unequal numbers of ranks",
 			"rank", m.rank, "layout", m.describe())

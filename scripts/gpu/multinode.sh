@@ -39,6 +39,19 @@ conf "2x2 collectives (node by node)" 4 '$((RANK / 2))' 150 --counts 0,1,7,4095,
 conf "2x2 point-to-point" 4 '$((RANK / 2))' 90 --colls none --counts 7,4095
 conf "2x2 interleaved ranks" 4 '$((RANK % 2))' 90 --counts 1,4095,65537 --types int32,float32,bfloat16 --ops sum,avg,max
 conf "2+1 unequal nodes (flat)" 3 '$((RANK / 2))' 90 --counts 1,4095 --types int32,float32 --ops sum,avg
+conf "3x2 collectives" 6 '$((RANK / 2))' 60 --counts 1,4095 --types int32,float32 --ops sum,avg
+# A rank killed mid-AllReduce, two fake nodes of one rank: the survivor's
+# call fails naming it (NCCL's communicators aborted), and a new
+# communicator on the GPU then works.
+log="$LOGS/kill.log"; t0=$SECONDS
+if [ -z "${MN_ONLY:-}" ] || grep -qE -- "$MN_ONLY" <<<"fault"; then
+  timeout -k 5 60 "$B/goccl" run -np 2 --grace 60s --tag-output sh -c "$(wrap '$RANK')" "$B/gpufaults" --mode kill >"$log" 2>&1
+  rc=$?
+  tail -3 "$log"
+  pass=$(grep -c 'gpufaults: kill: PASS' "$log")
+  [ "$pass" = 1 ] || bad=1
+  rows+=("$(printf '%-40s %7s %7s %4s %6s %6s %5ss' "fault: rank killed (2 nodes of 1)" 1 $((1 - pass)) "$rc" "$pass/1" "$(grep -c 'across nodes' "$log")" $((SECONDS - t0)))")
+fi
 # NCCL missing: init fails on every rank, naming the path and the setting.
 log="$LOGS/no_nccl.log"; t0=$SECONDS
 timeout -k 5 60 env GOCCL_NCCL_PATH=/nonexistent "$B/goccl" run -np 4 --tag-output sh -c "$(wrap '$((RANK / 2))')" "$B/conformance" --backend gpu --colls allreduce --counts 7 >"$log" 2>&1
