@@ -177,7 +177,7 @@ func newMulti(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg C
 	layout := m.describe()
 	lib, lerr := nccl.Load()
 	if err := agreeJob(ctx, b, "loading NCCL", lerr); err != nil {
-		return nil, fmt.Errorf("gpu backend: the ranks span %d nodes (%s); between nodes the GPU backend runs over NCCL: %w",
+		return nil, fmt.Errorf("the ranks span %d nodes (%s); between nodes the GPU backend runs over NCCL: %w",
 			len(m.members), layout, err)
 	}
 	lcfg := cfg

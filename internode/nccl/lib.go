@@ -99,9 +99,7 @@ func candidates() []string {
 	if home, err := os.UserHomeDir(); err == nil {
 		sites = append(sites, filepath.Join(home, ".local", "lib", "python3*", "site-packages"))
 	}
-	for _, p := range filepath.SplitList(os.Getenv("PYTHONPATH")) {
-		sites = append(sites, p)
-	}
+	sites = append(sites, filepath.SplitList(os.Getenv("PYTHONPATH"))...)
 	sites = append(sites, sitePatterns...)
 	found := false
 	for _, s := range sites {
