@@ -490,3 +490,13 @@ func (m *multi) Alloc(ctx context.Context, size uint64) (uintptr, collectives.Re
 	}
 	return r.Alloc(ctx, size)
 }
+
+// CheckPointers checks a call's buffers in this rank's context, for
+// GOCCL_CHECK, as the one-node backend does (sizes by the job's ranks).
+func (m *multi) CheckPointers(a *collectives.Args) error {
+	be, ok := m.local.(*Backend)
+	if !ok {
+		return nil
+	}
+	return checkPointers(be.drv, be.ctx, int(be.dev), m.rank, m.n, a)
+}
