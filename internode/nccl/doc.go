@@ -10,7 +10,10 @@
 // libnccl.so.2 through the dynamic linker and the usual directories. It
 // never takes goccl's own NCCL-API library (capi/'s libnccl.so.2, whose
 // error text names goccl): that one would route the traffic back into
-// goccl. It checks the release (2.19 or newer). Its error names every
+// goccl; where that library is in the process already (a program built
+// on goccl's NCCL API), NCCL is opened with RTLD_DEEPBIND so that its
+// calls to its own entry points stay NCCL's. It checks the release (2.19
+// or newer). Its error names every
 // path tried and why each failed, and the setting to use.
 //
 // InitRank makes one communicator: it sets NCCL_HOSTID to the id the

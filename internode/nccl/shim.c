@@ -3,6 +3,7 @@
 // (stable since 2.0): results, data types and operators are ints, a
 // communicator is a pointer, a unique id is 128 bytes passed by value.
 
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,9 +49,23 @@ static void set_ctx(uintptr_t ctx) {
 // gnccl_load opens path and resolves every symbol. The library is kept only
 // when it is not goccl's own NCCL-API library (whose error text names
 // goccl): probe then receives that text and the call returns 1.
+// goccl_in_process reports whether goccl's own NCCL-API library is in the
+// process's global scope (a program linked against it, or preloaded).
+static int goccl_in_process(void) {
+	const char *(*es)(int);
+	*(void **)(&es) = dlsym(RTLD_DEFAULT, "ncclGetErrorString");
+	if (!es) return 0;
+	const char *s = es(3);
+	return s && strstr(s, "goccl") != NULL;
+}
+
 int gnccl_load(const char *path, char *err, size_t errlen, int *version, char *probe, size_t probelen) {
 	gnccl_lib l;
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	int flags = RTLD_NOW | RTLD_LOCAL;
+	// Where goccl's library already defines the nccl* symbols globally,
+	// NCCL's calls to its own entry points must bind to NCCL's.
+	if (goccl_in_process()) flags |= RTLD_DEEPBIND;
+	void *h = dlopen(path, flags);
 	if (!h) {
 		const char *e = dlerror();
 		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
