@@ -440,7 +440,11 @@ func (m *multi) Close() error {
 	}
 	close(m.stopPoll)
 	<-m.pollDone
-	m.mu.Lock()
+	if !m.mu.TryLock() {
+		// A call is being enqueued: its peers may never meet it now.
+		m.Abort(fmt.Errorf("rank %d closed its communicator during a call: %w", m.rank, collectives.ErrClosed))
+		m.mu.Lock()
+	}
 	defer m.mu.Unlock()
 	var errs []error
 	if m.failure.Load() == nil {
