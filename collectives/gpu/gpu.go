@@ -32,6 +32,10 @@ type Config struct {
 	// Logger receives the backend's messages (nil: slog's default), so
 	// that GOCCL_DEBUG governs them as it does the rest of goccl's.
 	Logger *slog.Logger
+	// Nodes holds every rank's node key (nil: all on one node). When they
+	// name several nodes, goccl's transports run among the ranks of each
+	// node and NCCL, loaded at run time, between nodes (multinode.go).
+	Nodes []string
 }
 
 // Backend runs collectives as goccl kernels on one device. Run is meant to
@@ -93,6 +97,9 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	image, err := kernels.Image()
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	if len(cfg.Nodes) > 0 && spansNodes(cfg.Nodes) {
+		return newMulti(ctx, drv, b, cfg, image)
 	}
 	return newBackend(ctx, drv, b, cfg, image, newMapper)
 }
