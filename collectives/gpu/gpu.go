@@ -78,6 +78,7 @@ type Backend struct {
 	ce     copyEngine
 	nv     nvlsState
 	p2p    p2pState
+	fuse   fuseState // group fusion (fuse.go)
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -231,6 +232,9 @@ func (be *Backend) setupLocal(image []byte) error {
 		return fmt.Errorf("gpu backend: load kernels: %w", err)
 	}
 	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
+		return err
+	}
+	if err = be.setupFuse(); err != nil {
 		return err
 	}
 	return be.setupStash()
@@ -419,6 +423,7 @@ func (be *Backend) release(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, be.releaseCE()...)
+	errs = append(errs, be.releaseFuse()...)
 	for _, e := range []*cuda.Event{&be.p2p.evIn, &be.p2p.evOut} {
 		if *e != 0 {
 			if err := be.drv.EventDestroy(be.ctx, *e); err != nil {
