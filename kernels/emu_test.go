@@ -34,10 +34,10 @@ var emuSources = []struct {
 	{"allreduce.cu", true},
 	{"reduce.cu", true},
 	{"bcast_gather.cu", true},
-	{"ll.cu", true},
 	{"cereduce.cu", true},
 	{"emu/emu_main.cc", false},
 	{"emu/emu_p2p.cc", false}, // (p2p.cu is compiled inside it)
+	{"emu/emu_fused.cc", false}, // (fused.cu, and ll.cu inside it)
 	{"emu/emu_ce.cc", false},
 	{"emu/emu_ce_streams.cc", false},
 	{"emu/emu_runtime.cc", false},
@@ -70,6 +70,10 @@ var emuScenarios = []struct {
 	{"p2pabort", true},
 	{"p2pmismatch", true},
 	{"callskip", true},
+	{"fused2", true},
+	{"fused3", false},
+	{"fused4", true},
+	{"fusedabort", true},
 	{"ce2", false},
 	{"ce3", true},
 	{"ce4", true},
