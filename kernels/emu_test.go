@@ -36,7 +36,7 @@ var emuSources = []struct {
 	{"bcast_gather.cu", true},
 	{"cereduce.cu", true},
 	{"emu/emu_main.cc", false},
-	{"emu/emu_p2p.cc", false}, // (p2p.cu is compiled inside it)
+	{"emu/emu_p2p.cc", false},   // (p2p.cu is compiled inside it)
 	{"emu/emu_fused.cc", false}, // (fused.cu, and ll.cu inside it)
 	{"emu/emu_ce.cc", false},
 	{"emu/emu_ce_streams.cc", false},
