@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -349,5 +350,33 @@ func BenchmarkEnqueueGroupOf8AllReduces(b *testing.B) {
 				b.Fatalf("%d launches, want %d", be.fuse.groupLaunches, want)
 			}
 		})
+	}
+}
+
+// The GPU fusion tests' check (gpu_fuse_test.go) passes the area a correct
+// group leaves and fails one wrong element or one byte written outside.
+func TestGPUFusionCaseCheck(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range []collectives.DataType{collectives.Int8, collectives.BFloat16, collectives.Float64} {
+		c := newFuseCase(rng, 3, dt, collectives.Sum, 20, 8<<10, 1<<20)
+		area := bytes.Repeat([]byte{0xA5}, c.rcvN)
+		for i, cl := range c.calls {
+			for e := range cl.count {
+				if dt.IsFloat() {
+					putFloat(dt, area[cl.roff:], e, reduceFloat(dt, collectives.Sum, c.ins[i], 0, e))
+				} else {
+					putInt(dt, area[cl.roff:], e, reduceInt(dt, collectives.Sum, c.ins[i], 0, e))
+				}
+			}
+		}
+		require.NoError(t, c.checkArea(area), dt.String())
+		k := slices.IndexFunc(c.calls, func(cl fuseCall) bool { return cl.count > 0 })
+		require.GreaterOrEqual(t, k, 0)
+		bad := bytes.Clone(area)
+		bad[c.calls[k].roff+dt.Size()-1] ^= 0x40
+		assert.Error(t, c.checkArea(bad), "%s: a wrong element", dt)
+		bad = bytes.Clone(area)
+		bad[len(bad)-1] = 0
+		assert.ErrorContains(t, c.checkArea(bad), "outside", "%s: a byte past the last output", dt)
 	}
 }
