@@ -37,7 +37,8 @@ var emuSources = []struct {
 	{"cereduce.cu", true},
 	{"emu/emu_main.cc", false},
 	{"emu/emu_p2p.cc", false},   // (p2p.cu is compiled inside it)
-	{"emu/emu_fused.cc", false}, // (fused.cu, and ll.cu inside it)
+	{"emu/emu_fused.cc", false}, // (fused.cu and alltoall.cu, and ll.cu inside them)
+	{"emu/emu_alltoall.cc", false},
 	{"emu/emu_ce.cc", false},
 	{"emu/emu_ce_streams.cc", false},
 	{"emu/emu_runtime.cc", false},
@@ -74,6 +75,10 @@ var emuScenarios = []struct {
 	{"fused3", false},
 	{"fused4", true},
 	{"fusedabort", true},
+	{"a2a2", true},
+	{"a2a3", false},
+	{"a2a8", true},
+	{"a2aabort", true},
 	{"ce2", false},
 	{"ce3", true},
 	{"ce4", true},

@@ -78,7 +78,8 @@ type Backend struct {
 	ce     copyEngine
 	nv     nvlsState
 	p2p    p2pState
-	fuse   fuseState // group fusion (fuse.go)
+	fuse   fuseState     // group fusion (fuse.go)
+	a2a    cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -237,6 +238,7 @@ func (be *Backend) setupLocal(image []byte) error {
 	if err = be.setupFuse(); err != nil {
 		return err
 	}
+	be.setupAllToAll()
 	return be.setupStash()
 }
 

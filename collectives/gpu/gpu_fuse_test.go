@@ -306,3 +306,94 @@ func TestGPUGroupFusionGraphReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUAllToAllOneShot runs AllToAlls of random sizes per peer up to the
+// one-shot threshold (odd ones too, in and out of place) on 2 and 3 ranks
+// sharing GPU 0 against the inputs, with poisoned outputs, LL AllReduce
+// groups between them (the two share lines and epochs), then a captured
+// AllToAll replayed with new inputs.
+func TestGPUAllToAllOneShot(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d ranks on one GPU", n), func(t *testing.T) {
+			r := sharedRig(t, n)
+			require.NotZero(t, r.bes[0].a2a, "the fatbin lacks goccl_alltoall_ll")
+			rng := rand.New(rand.NewPCG(25, uint64(n)))
+			var seq uint64
+			maxPeer := min(defaultA2ALL, 132/n*defaultLLBlock) // every rank's blocks resident together (llLimit)
+			run := func(nb int, inPlace bool) {
+				for rank, be := range r.bes {
+					recv := uintptr(r.recv[rank])
+					send := uintptr(r.send[rank])
+					if inPlace {
+						send = recv
+					}
+					require.NoError(t, be.RunGroup(context.Background(),
+						a2aGroup(n, send, recv, nb, collectives.Uint8, uintptr(r.streams[rank]), seq+1)))
+				}
+				seq++
+			}
+			upload := func(nb int, inPlace bool) [][]byte {
+				ins := make([][]byte, n)
+				for rank := range r.bes {
+					ins[rank] = make([]byte, n*nb)
+					for i := range ins[rank] {
+						ins[rank][i] = byte(rng.Uint32())
+					}
+					poison := bytes.Repeat([]byte{0xA5}, n*nb+guard)
+					if inPlace {
+						copy(poison, ins[rank])
+					} else {
+						r.put(t, rank, r.send[rank], ins[rank])
+					}
+					r.put(t, rank, r.recv[rank], poison)
+				}
+				return ins
+			}
+			check := func(nb int, ins [][]byte, what string) {
+				for rank := range r.bes {
+					got := r.get(t, rank, r.recv[rank], n*nb+guard)
+					for src := range n {
+						require.True(t, bytes.Equal(ins[src][rank*nb:(rank+1)*nb], got[src*nb:(src+1)*nb]),
+							"%s: rank %d: chunk from rank %d", what, rank, src)
+					}
+					require.True(t, bytes.Equal(bytes.Repeat([]byte{0xA5}, guard), got[n*nb:]), "%s: rank %d: past recv", what, rank)
+				}
+			}
+			for k := range 40 {
+				nb := 1 + rng.IntN(maxPeer)
+				if k%4 == 0 {
+					nb = 1 + rng.IntN(64)
+				}
+				inPlace := k%3 == 0
+				ins := upload(nb, inPlace)
+				run(nb, inPlace)
+				r.sync(t)
+				check(nb, ins, fmt.Sprintf("AllToAll %d: %d nb per peer, in place %v", k, nb, inPlace))
+				if k%5 == 4 {
+					c := newFuseCase(rng, n, collectives.Float32, collectives.Sum, 8, llLimit(n), fuseCap/2)
+					c.base = fuseCap / 2
+					c.upload(t, r)
+					c.run(t, r, seq)
+					seq += uint64(len(c.calls))
+					r.sync(t)
+					require.NoError(t, c.check(t, r), "a fused group after AllToAll %d", k)
+				}
+			}
+			const nb = 3000
+			for rank, be := range r.bes {
+				require.NoError(t, r.drv.StreamBeginCapture(be.ctx, r.streams[rank], cuda.CaptureRelaxed))
+			}
+			run(nb, false)
+			execs := make([]cuda.GraphExec, n)
+			for rank := range r.bes {
+				execs[rank] = r.endCapture(t, rank)
+			}
+			for it := range 5 {
+				ins := upload(nb, false)
+				r.launchGraphs(t, execs)
+				r.sync(t)
+				check(nb, ins, fmt.Sprintf("replay %d", it))
+			}
+		})
+	}
+}

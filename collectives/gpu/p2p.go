@@ -92,6 +92,9 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	if len(g.P2P) == 0 {
 		return nil
 	}
+	if taken, err := be.tryAllToAllLL(g); taken {
+		return err
+	}
 	if be.aborted.Load() {
 		return be.abortErr()
 	}

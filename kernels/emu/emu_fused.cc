@@ -22,8 +22,10 @@
 #include <unistd.h>
 
 #include "emu.h"
-// fused.cu (and ll.cu inside it) is compiled here, its one translation
-// unit in the emulator.
+// fused.cu and alltoall.cu (and ll.cu inside them) are compiled here,
+// their one translation unit in the emulator (emu_alltoall.cc runs the
+// AllToAll).
+#include "alltoall.cu"
 #include "fused.cu"
 
 namespace {

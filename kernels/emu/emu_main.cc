@@ -25,7 +25,9 @@
 //
 // The fused group kernel (fused.cu) has its scenarios in emu_fused.cc
 // (fused2, fused3, fused4, fusedabort): groups of AllReduces that some
-// ranks run as one fused launch and others as one LL launch per call.
+// ranks run as one fused launch and others as one LL launch per call; the
+// one-shot AllToAll (alltoall.cu) in emu_alltoall.cc (a2a2, a2a3, a2a8,
+// a2aabort).
 //
 // The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
 // push, land and spread streams that emu_ce_streams.cc models after
@@ -43,7 +45,7 @@
 // flag must end them all).
 //
 // Build (kernels/emu_test.go does this in TestKernelsOnCPU), from kernels/:
-//   (p2p.cu is compiled inside emu/emu_p2p.cc, fused.cu and ll.cu inside emu/emu_fused.cc)
+//   (p2p.cu is compiled inside emu/emu_p2p.cc, fused.cu, alltoall.cu and ll.cu inside emu/emu_fused.cc)
 //   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu cereduce.cu emu/*.cc; do
 //     g++ -std=c++17 -O0 -DGOCCL_EMU -pthread -I. -include emu/cuda_emu.h -x c++ -c $f -o /tmp/emu/${f#*/}.o
 //   done && g++ -pthread -o /tmp/emu/emu /tmp/emu/*.o
@@ -755,6 +757,15 @@ int main(int argc, char** argv) {
     if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
     ran++;
     ok = fused_run_group(group, o) && ok;
+  }
+  for (const std::string& group : a2a_groups()) {
+    if (list) {
+      printf("%s\n", group.c_str());
+      continue;
+    }
+    if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
+    ran++;
+    ok = a2a_run_group(group, o) && ok;
   }
   for (const std::string& group : ce_groups()) {
     if (list) {
