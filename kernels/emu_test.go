@@ -137,6 +137,21 @@ func TestKernelsOnCPU(t *testing.T) {
 			want: []string{"EMU-TIMEOUT matrix2 launch 1 (allreduce_oneshot", "rank 1 block 0", "state of every rank", "FAIL matrix2"},
 		},
 		{
+			name: "a wrong element of a fused group is reported",
+			args: []string{"-run", "fused2", "-limit", "1", "-inject", "corrupt"},
+			want: []string{"FAIL fused2 step 0 call 0:", "(fused): first wrong index 0 (1 wrong)", "FAIL fused2: 1 steps"},
+		},
+		{
+			name: "a fused group that a rank never launches is reported",
+			args: []string{"-run", "fused2", "-limit", "3", "-inject", "hang", "-timeout", "2"},
+			want: []string{"EMU-TIMEOUT fused2 step 1", "FAIL fused2"},
+		},
+		{
+			name: "a wrong byte of an AllToAll is reported",
+			args: []string{"-run", "a2a2", "-limit", "2", "-inject", "corrupt"},
+			want: []string{"FAIL a2a2 launch 0: alltoall", "first wrong byte 0 (1 wrong)", "FAIL a2a2: 2 launches"},
+		},
+		{
 			// Rank 0's copy stream reuses rank 1's staging slots without
 			// waiting for rank 1's kernel (a slow reader) to free them.
 			name: "staging reused before it is freed is reported",
