@@ -82,6 +82,8 @@ type Backend struct {
 	ce     copyEngine
 	nv     nvlsState
 	p2p    p2pState
+	fuse   fuseState     // group fusion (fuse.go)
+	a2a    cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -240,6 +242,10 @@ func (be *Backend) setupLocal(image []byte) error {
 	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
 		return err
 	}
+	if err = be.setupFuse(); err != nil {
+		return err
+	}
+	be.setupAllToAll()
 	return be.setupStash()
 }
 
@@ -426,6 +432,7 @@ func (be *Backend) release(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, be.releaseCE()...)
+	errs = append(errs, be.releaseFuse()...)
 	for _, e := range []*cuda.Event{&be.p2p.evIn, &be.p2p.evOut} {
 		if *e != 0 {
 			if err := be.drv.EventDestroy(be.ctx, *e); err != nil {

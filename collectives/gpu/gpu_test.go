@@ -39,6 +39,12 @@ const guard = 256
 
 func newRig(t *testing.T, n int, capBytes uint64) *rig {
 	t.Helper()
+	return newRigOn(t, n, capBytes, func(rank int) int { return rank })
+}
+
+// newRigOn is newRig with rank r on device dev(r) (ranks may share one).
+func newRigOn(t *testing.T, n int, capBytes uint64, dev func(rank int) int) *rig {
+	t.Helper()
 	drv, err := cuda.Load()
 	if err != nil {
 		t.Skipf("no CUDA driver: %v", err)
@@ -47,8 +53,10 @@ func newRig(t *testing.T, n int, capBytes uint64) *rig {
 	if err != nil || cnt == 0 {
 		t.Skipf("no CUDA device: %v", err)
 	}
-	if n > cnt {
-		t.Skipf("needs %d GPUs, have %d", n, cnt)
+	for r := range n {
+		if dev(r) >= cnt {
+			t.Skipf("needs %d GPUs, have %d", dev(r)+1, cnt)
+		}
 	}
 	image, err := kernels.Image()
 	if err != nil {
@@ -58,7 +66,7 @@ func newRig(t *testing.T, n int, capBytes uint64) *rig {
 		send: make([]cuda.DevicePtr, n), recv: make([]cuda.DevicePtr, n), cap: capBytes}
 	g := transporttest.NewGroup(n)
 	require.NoError(t, g.Run(func(rank int, b transport.Bootstrap) error {
-		be, err := newBackend(context.Background(), drv, b, Config{Device: rank, Transport: "uva"}, image, newMapper)
+		be, err := newBackend(context.Background(), drv, b, Config{Device: dev(rank), Transport: "uva"}, image, newMapper)
 		r.bes[rank] = be
 		return err
 	}))
