@@ -17,7 +17,8 @@ var ErrMismatch = fmt.Errorf("%w: ranks disagree", collectives.ErrInvalidArgumen
 var ErrNotSupported = collectives.ErrNotSupported
 
 // ErrSpansNodes is returned by init when the ranks are on more than one
-// machine: goccl's transports reach only the ranks of one node.
+// machine and the backend (a custom one) reaches only the ranks of one
+// node; the host and GPU backends span nodes.
 var ErrSpansNodes = errors.New("goccl: ranks on more than one node")
 
 // Errors of the collectives package re-exported so that users import only

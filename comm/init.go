@@ -322,14 +322,15 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		return nil, err
 	}
 	// The host backend spans nodes (shared memory inside each, UCX
-	// between them); the others reach only the ranks of one node.
+	// between them), as does the GPU backend (goccl's transports inside
+	// each, NCCL between them); the others reach only the ranks of one node.
 	cfg.Nodes = rescue.nodes
 	if spec.rank == 0 {
 		// Once per communicator, before a layout the backend cannot serve
 		// fails init, so that the log shows it either way.
 		set.log.Info("goccl: nodes: "+nodeLayout(rescue.nodes), "nranks", spec.nranks)
 	}
-	if name != BackendHost {
+	if name != BackendHost && name != BackendGPU {
 		if err := checkOneNode(rescue.nodes, spec.rank); err != nil {
 			return nil, err
 		}
@@ -375,7 +376,7 @@ func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfi
 	case BackendHost:
 		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes})
 	case BackendGPU:
-		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger,
+		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger, Nodes: cfg.Nodes,
 			Stamps: cfg.Recorder})
 	}
 	return nil, fmt.Errorf("%w: backend %q", collectives.ErrInvalidArgument, cfg.Name)

@@ -145,9 +145,9 @@ func nodeKey(hostID string) (string, error) {
 }
 
 // checkOneNode fails init when the ranks span several machines and the
-// backend is not the host one: the GPU transports (IPC handles, VMM fds,
-// NVLS) reach only the ranks of one node, and the GPU backend has no
-// engine between nodes yet.
+// backend is a custom one: the host and GPU backends span nodes (UCX or
+// NCCL between them), a backend given by a factory is told the nodes but
+// is not trusted to serve them.
 func checkOneNode(nodes []string, rank int) error {
 	ids := nodeIDs(nodes)
 	groups := topology.Nodes(ids)
@@ -158,7 +158,7 @@ func checkOneNode(nodes []string, rank int) error {
 	for k, g := range groups {
 		parts = append(parts, fmt.Sprintf("node %d (%s): ranks %v", k, ids[g[0]], g))
 	}
-	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); this backend reaches only the ranks of one node (the host backend spans nodes over UCX; set GOCCL_HOSTID alike on every rank if they do share one machine)",
+	return fmt.Errorf("%w: rank %d: the ranks span %d nodes (%s); this backend reaches only the ranks of one node (the host backend spans nodes over UCX, the GPU backend over NCCL; set GOCCL_HOSTID alike on every rank if they do share one machine)",
 		ErrSpansNodes, rank, len(groups), strings.Join(parts, "; "))
 }
 

@@ -2,9 +2,10 @@
 # build.sh compiles every kernels/*.cu into ONE fatbin (sm_90 and sm_80 SASS,
 # compute_90 PTX) and writes kernels/goccl.fatbin and kernels/manifest.json.
 # It runs where nvcc exists (the GPU machine): `make kernels`.
-# Each file is first checked on its own so that a broken file names itself;
-# the fatbin is then built from every file that compiled, and the script
-# exits non-zero if any did not.
+# The fatbin of every file and a check of each file on its own are built at
+# once (the fatbin is one translation unit, so the checks use the idle
+# cores); when a file does not compile it names itself, the fatbin is
+# rebuilt from the files that did, and the script exits non-zero.
 set -u
 cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
@@ -23,6 +24,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 sources=$(ls *.cu | sort)
+# fatbin NAME FILES...: one translation unit of FILES into $tmp/NAME.
+fatbin() {
+  local name=$1 f
+  shift
+  : >"$tmp/$name.cu"
+  for f in "$@"; do echo "#include \"$PWD/$f\"" >>"$tmp/$name.cu"; done
+  "$NVCC" "${FLAGS[@]}" "${GENCODE[@]}" -fatbin -o "$tmp/$name.fatbin" "$tmp/$name.cu"
+}
+echo "build.sh: building $OUT_FATBIN from" $sources
+fatbin all $sources >"$tmp/all.log" 2>&1 &
+allpid=$!
 failed=()
 pids=()
 for f in $sources; do
@@ -33,6 +45,8 @@ for f in $sources; do
   done
 done
 wait "${pids[@]}" 2>/dev/null
+wait $allpid
+allrc=$?
 good=()
 for f in $sources; do
   if [ -e "$tmp/${f%.cu}.failed" ]; then
@@ -43,14 +57,20 @@ for f in $sources; do
     good+=("$f")
   fi
 done
-: >"$tmp/all.cu"
-for f in "${good[@]}"; do echo "#include \"$PWD/$f\"" >>"$tmp/all.cu"; done
-echo "build.sh: building $OUT_FATBIN from ${good[*]}"
-if ! "$NVCC" "${FLAGS[@]}" "${GENCODE[@]}" -fatbin -o "$tmp/goccl.fatbin" "$tmp/all.cu"; then
+if [ ${#failed[@]} -eq 0 ] && [ $allrc -eq 0 ]; then
+  cp "$tmp/all.fatbin" "$OUT_FATBIN"
+elif [ ${#failed[@]} -eq 0 ]; then
+  cat "$tmp/all.log" >&2
   echo "build.sh: fatbin build failed" >&2
   exit 1
+else
+  echo "build.sh: rebuilding $OUT_FATBIN from ${good[*]}"
+  if ! fatbin good "${good[@]}"; then
+    echo "build.sh: fatbin build failed" >&2
+    exit 1
+  fi
+  cp "$tmp/good.fatbin" "$OUT_FATBIN"
 fi
-cp "$tmp/goccl.fatbin" "$OUT_FATBIN"
 
 nvccver=$("$NVCC" --version | grep -o 'release [0-9.]*, V[0-9.]*' | head -1)
 {

@@ -34,10 +34,11 @@ var emuSources = []struct {
 	{"allreduce.cu", true},
 	{"reduce.cu", true},
 	{"bcast_gather.cu", true},
-	{"ll.cu", true},
 	{"cereduce.cu", true},
 	{"emu/emu_main.cc", false},
-	{"emu/emu_p2p.cc", false}, // (p2p.cu is compiled inside it)
+	{"emu/emu_p2p.cc", false},   // (p2p.cu is compiled inside it)
+	{"emu/emu_fused.cc", false}, // (fused.cu and alltoall.cu, and ll.cu inside them)
+	{"emu/emu_alltoall.cc", false},
 	{"emu/emu_ce.cc", false},
 	{"emu/emu_ce_streams.cc", false},
 	{"emu/emu_runtime.cc", false},
@@ -70,6 +71,14 @@ var emuScenarios = []struct {
 	{"p2pabort", true},
 	{"p2pmismatch", true},
 	{"callskip", true},
+	{"fused2", true},
+	{"fused3", false},
+	{"fused4", true},
+	{"fusedabort", true},
+	{"a2a2", true},
+	{"a2a3", false},
+	{"a2a8", true},
+	{"a2aabort", true},
 	{"ce2", false},
 	{"ce3", true},
 	{"ce4", true},
@@ -131,6 +140,21 @@ func TestKernelsOnCPU(t *testing.T) {
 			name: "hang is reported",
 			args: []string{"-run", "matrix2", "-limit", "3", "-inject", "hang", "-timeout", "2"},
 			want: []string{"EMU-TIMEOUT matrix2 launch 1 (allreduce_oneshot", "rank 1 block 0", "state of every rank", "FAIL matrix2"},
+		},
+		{
+			name: "a wrong element of a fused group is reported",
+			args: []string{"-run", "fused2", "-limit", "1", "-inject", "corrupt"},
+			want: []string{"FAIL fused2 step 0 call 0:", "(fused): first wrong index 0 (1 wrong)", "FAIL fused2: 1 steps"},
+		},
+		{
+			name: "a fused group that a rank never launches is reported",
+			args: []string{"-run", "fused2", "-limit", "3", "-inject", "hang", "-timeout", "2"},
+			want: []string{"EMU-TIMEOUT fused2 step 1", "FAIL fused2"},
+		},
+		{
+			name: "a wrong byte of an AllToAll is reported",
+			args: []string{"-run", "a2a2", "-limit", "2", "-inject", "corrupt"},
+			want: []string{"FAIL a2a2 launch 0: alltoall", "first wrong byte 0 (1 wrong)", "FAIL a2a2: 2 launches"},
 		},
 		{
 			// Rank 0's copy stream reuses rank 1's staging slots without

@@ -11,6 +11,12 @@
 // (stream order): so half k&1 is never overwritten while still being read,
 // and stale lines carry flags k-2, k-4, ... which never match. Only LL
 // kernels write these lines.
+//
+// fused.cu runs allreduce_ll once per descriptor of a group in one launch,
+// so this file is guarded: build.sh's single translation unit includes it
+// from both.
+#ifndef GOCCL_LL_CU
+#define GOCCL_LL_CU
 #include "common.cuh"
 
 namespace goccl {
@@ -43,15 +49,18 @@ __device__ __forceinline__ void store_tail(char* p, u64 v, u64 n) {
   for (u64 i = 0; i < n; i++) st1(p + i, (u8)(v >> (8 * i)));
 }
 
+// allreduce_ll returns false when it stopped for an abort (the epoch is
+// kept). nblocks (0: the grid) is how many blocks share the message: the
+// fused kernel runs each call on the blocks its own launch would have had.
 template <typename T, typename Op>
-__device__ void allreduce_ll(const Params& p) {
+__device__ bool allreduce_ll(const Params& p, u32 nblocks = 0) {
   typedef Elem<T> E;
   typedef typename E::Acc A;
   typedef typename E::Raw R;
   constexpr int V = 8 / sizeof(T);
   const int me = p.rank, nr = p.nranks;
   const u64 bytes = p.count * sizeof(T);
-  const u64 per = round_up(ceil_div(bytes, gridDim.x), 8);
+  const u64 per = round_up(ceil_div(bytes, nblocks ? nblocks : gridDim.x), 8);
   const u64 lo = per * blockIdx.x;
   const u64 n = lo < bytes ? min64(per, bytes - lo) : 0;
   const u64 lines = ceil_div(n, 8);
@@ -129,8 +138,10 @@ __device__ void allreduce_ll(const Params& p) {
   if (dead) s_dead = 1;
   bar_sync();
   if (threadIdx.x == 0 && !s_dead) *(volatile u32*)epochp = e;
+  return s_dead == 0;
 }
 
 }  // namespace goccl
 
 GOCCL_KERNELS(allreduce_ll)
+#endif  // GOCCL_LL_CU

@@ -283,7 +283,8 @@ type DeviceClock interface {
 }
 
 // Resolve completes the enqueued numbered calls whose GPU timestamps dc
-// knows (a group's from its first call's start to its last's finish);
+// knows (a group's from its first call's start, or its last's where a
+// fused launch timed them together, to its last's finish);
 // readers call it before Snapshot and Stats. A call already completed
 // from the device takes newer times when they appear (a graph replay).
 func (r *Ring) Resolve(dc DeviceClock) {
@@ -299,8 +300,13 @@ func (r *Ring) Resolve(dc DeviceClock) {
 			continue
 		}
 		s, f, ok := dc.CallTimes(e.seq)
-		if ok && e.last > e.seq {
-			_, f, ok = dc.CallTimes(e.last)
+		if e.last > e.seq {
+			// A fused launch times its calls in its last call's slot.
+			s2, f2, ok2 := dc.CallTimes(e.last)
+			if !ok || s > f2 {
+				s = s2
+			}
+			f, ok = f2, ok2
 		}
 		if !ok || f < s || (e.runs > 0 && s == e.dev) {
 			continue

@@ -293,3 +293,29 @@ func TestResolveReplays(t *testing.T) {
 	assert.Equal(t, "Group", st[1].Call)
 	assert.Equal(t, uint64(1), st[1].Count)
 }
+
+// A group whose calls a fused launch timed together in its last call's
+// slot takes that launch's times.
+func TestResolveFusedGroup(t *testing.T) {
+	r := testRing(8, true)
+	g := collectives.Group{Seq: 5, Colls: []collectives.Args{
+		{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 5},
+		{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 6},
+	}}
+	r.End(r.BeginGroup(&g), nil)
+	base := time.Now().Add(-time.Second).UnixNano()
+	dev := fakeDevice{6: {base + 1000, base + 9000}}
+	r.Resolve(dev)
+	c := r.Snapshot().Calls[0]
+	require.Equal(t, "finished", c.State)
+	assert.InDelta(t, base+1000, c.Start, 1000)
+	assert.InDelta(t, base+9000, c.Finish, 1000)
+	// A stale first slot (an older call's times, after the group's end)
+	// is not the group's start.
+	r2 := testRing(8, true)
+	r2.End(r2.BeginGroup(&g), nil)
+	dev[5] = [2]int64{base + 20_000, base + 21_000}
+	r2.Resolve(dev)
+	c = r2.Snapshot().Calls[0]
+	assert.InDelta(t, base+1000, c.Start, 1000)
+}

@@ -1,7 +1,8 @@
 // Command goccl is the user's entry point: run launches multi-rank jobs,
 // bench measures collectives in nccl-tests' format, plot draws saved
-// bench reports, info shows what the runtime sees and would choose, trace
-// and dump read the ranks' flight records.
+// bench reports, info shows what the runtime sees and would choose, model
+// predicts the cost of collectives across nodes, trace and dump read the
+// ranks' flight records.
 package main
 
 import (
@@ -16,6 +17,7 @@ commands:
   bench  <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
   plot   -o FILE.png RUN.json [PEER.json...]                busbw against size from saved reports
   info   [--json]                                            devices, links, choices
+  model  [--nodes LIST] [--sizes LIST] [--markdown] ...      predicted cost across nodes (arithmetic)
   version                                                    goccl's version and Go's
   trace  [-o trace.json] [-png out.png] rank*.json           flight records as a Chrome trace and a timeline
   dump   PID                                                 a running rank's flight record (SIGUSR1)
@@ -37,6 +39,8 @@ func main() {
 		code = plotMain(args)
 	case "info":
 		code = infoMain(args)
+	case "model":
+		code = modelMain(args)
 	case "version", "--version":
 		code = versionMain(args, os.Stdout, os.Stderr)
 	case "trace":

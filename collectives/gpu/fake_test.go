@@ -3,7 +3,9 @@ package gpu
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goccl/goccl/internal/cuda"
@@ -18,15 +20,15 @@ type fakeDriver struct {
 	mu       sync.Mutex
 	names    map[cuda.Function]string
 	launches []fakeLaunch
-	hostMem  []*[16]uint32
-	// bigHost are host allocations above 64 bytes (the timestamp table),
-	// whose device address is their host address.
-	bigHost  [][]uint64
-	allocs   int // MemAllocHost calls
-	released int
-	unloaded int
-	freed    int
-	syncGate chan struct{} // when set, CtxSynchronize waits for it to close
+	hostMem  []*[16]uint32 // host allocations (of hostSize bytes), in order
+	hostSize []uint64
+	// keepSlots: fused launches never mark their descriptor slot read.
+	keepSlots bool
+	noFunc    string // ModuleGetFunction fails for names with this prefix
+	released  int
+	unloaded  int
+	freed     int
+	syncGate  chan struct{} // when set, CtxSynchronize waits for it to close
 
 	// Stream-ordered work, in enqueue order, for the exact-sequence tests
 	// and the simulator (sim_test.go).
@@ -241,33 +243,67 @@ func (f *fakeDriver) CtxSynchronize(cuda.Context) error {
 	return nil
 }
 func (f *fakeDriver) MemAllocHost(_ cuda.Context, n uint64) (unsafe.Pointer, error) {
-	f.allocs++
-	if n > 64 {
-		b := make([]uint64, (n+7)/8)
-		for i := range b {
-			b[i] = 0xdead // not zeroed, as pinned memory need not be
-		}
-		f.bigHost = append(f.bigHost, b)
-		return unsafe.Pointer(&b[0]), nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failOn == "allocHost" && len(f.hostMem) > 0 { // (the abort flag is always had)
+		return nil, errFake
 	}
-	m := new([16]uint32)
+	m := (*[16]uint32)(make([]uint32, max(16, (n+3)/4)))
 	f.hostMem = append(f.hostMem, m)
+	f.hostSize = append(f.hostSize, n)
 	return unsafe.Pointer(m), nil
 }
 func (f *fakeDriver) MemFreeHost(cuda.Context, unsafe.Pointer) error { f.freed++; return nil }
+
+// MemHostGetDevicePointer: the first allocation (the abort flag) maps to
+// 0xabc000, the k-th to hostDevBase + k<<24.
 func (f *fakeDriver) MemHostGetDevicePointer(_ cuda.Context, p unsafe.Pointer) (cuda.DevicePtr, error) {
-	for _, b := range f.bigHost {
-		if unsafe.Pointer(&b[0]) == p {
-			return cuda.DevicePtr(p), nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, m := range f.hostMem {
+		if unsafe.Pointer(m) == p && k > 0 {
+			return hostDevBase + cuda.DevicePtr(k)<<24, nil
 		}
 	}
 	return 0xabc000, nil
+}
+
+const hostDevBase = 0x7f0000000000
+
+// hostAt is the host address of device address d in mapped host memory
+// (nil: none); f.mu is held.
+func (f *fakeDriver) hostAt(d uint64) unsafe.Pointer {
+	for k, m := range f.hostMem {
+		lo := uint64(hostDevBase) + uint64(k)<<24
+		if k > 0 && d >= lo && d < lo+f.hostSize[k] {
+			return unsafe.Add(unsafe.Pointer(m), d-lo)
+		}
+	}
+	return nil
+}
+
+// consumeDescs plays a fused launch's part for the host: its ticket lands
+// in the slot's done word (fuse.go) unless keepSlots; f.mu is held.
+func (f *fakeDriver) consumeDescs(params []byte) {
+	if f.keepSlots || len(params) < offFuseCount+8 {
+		return
+	}
+	ticket := uint32(u64at(params, offFuseCount) >> 32)
+	if ticket == 0 {
+		return
+	}
+	if h := f.hostAt(u64at(params, offFuseDescs) - fuseDoneBack); h != nil {
+		atomic.StoreUint32((*uint32)(h), ticket)
+	}
 }
 func (f *fakeDriver) ModuleLoadData(cuda.Context, []byte) (cuda.Module, error) { return 0x77, nil }
 func (f *fakeDriver) ModuleUnload(cuda.Context, cuda.Module) error             { f.unloaded++; return nil }
 func (f *fakeDriver) ModuleGetFunction(_ cuda.Context, _ cuda.Module, name string) (cuda.Function, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.noFunc != "" && strings.HasPrefix(name, f.noFunc) {
+		return 0, errFake
+	}
 	fn := cuda.Function(len(f.names) + 1)
 	f.names[fn] = name
 	return fn, nil
@@ -275,6 +311,7 @@ func (f *fakeDriver) ModuleGetFunction(_ cuda.Context, _ cuda.Module, name strin
 func (f *fakeDriver) LaunchKernel(_ cuda.Context, fn cuda.Function, cfg cuda.LaunchConfig, params []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.consumeDescs(params)
 	if f.quiet {
 		return nil
 	}

@@ -36,6 +36,10 @@ type Config struct {
 	// Logger receives the backend's messages (nil: slog's default), so
 	// that GOCCL_DEBUG governs them as it does the rest of goccl's.
 	Logger *slog.Logger
+	// Nodes holds every rank's node key (nil: all on one node). When they
+	// name several nodes, goccl's transports run among the ranks of each
+	// node and NCCL, loaded at run time, between nodes (multinode.go).
+	Nodes []string
 }
 
 // Backend runs collectives as goccl kernels on one device. Run is meant to
@@ -86,6 +90,8 @@ type Backend struct {
 	// last is how the last call went (LastPath); transport the mapper's name.
 	last      collectives.Path
 	transport string
+	fuse   fuseState     // group fusion (fuse.go)
+	a2a    cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -101,6 +107,9 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	image, err := kernels.Image()
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
+	}
+	if len(cfg.Nodes) > 0 && spansNodes(cfg.Nodes) {
+		return newMulti(ctx, drv, b, cfg, image)
 	}
 	return newBackend(ctx, drv, b, cfg, image, newMapper)
 }
@@ -242,6 +251,10 @@ func (be *Backend) setupLocal(image []byte) error {
 	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
 		return err
 	}
+	if err = be.setupFuse(); err != nil {
+		return err
+	}
+	be.setupAllToAll()
 	return be.setupStash()
 }
 
@@ -428,6 +441,7 @@ func (be *Backend) release(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, be.releaseCE()...)
+	errs = append(errs, be.releaseFuse()...)
 	for _, e := range []*cuda.Event{&be.p2p.evIn, &be.p2p.evOut} {
 		if *e != 0 {
 			if err := be.drv.EventDestroy(be.ctx, *e); err != nil {

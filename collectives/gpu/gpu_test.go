@@ -39,7 +39,13 @@ const guard = 256
 
 func newRig(t *testing.T, n int, capBytes uint64) *rig {
 	t.Helper()
-	return newRigWith(t, n, capBytes, func(rank int) Config { return Config{Device: rank, Transport: "uva"} })
+	return newRigOn(t, n, capBytes, func(rank int) int { return rank })
+}
+
+// newRigOn is newRig with rank r on device dev(r) (ranks may share one).
+func newRigOn(t *testing.T, n int, capBytes uint64, dev func(rank int) int) *rig {
+	t.Helper()
+	return newRigWith(t, n, capBytes, func(rank int) Config { return Config{Device: dev(rank), Transport: "uva"} })
 }
 
 // newRigWith is newRig with each rank's Config from cfg.

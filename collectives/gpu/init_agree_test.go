@@ -125,7 +125,7 @@ func TestRegisterAfterCloseFails(t *testing.T) {
 	}
 }
 
-// freeHostGate holds MemFreeHost until the test lets it go, and records
+// freeHostGate holds MemFreeHost of the abort flag until the test lets it go, and records
 // whether the freed memory was written afterwards.
 type freeHostGate struct {
 	*fakeDriver
@@ -133,6 +133,9 @@ type freeHostGate struct {
 }
 
 func (d *freeHostGate) MemFreeHost(c cuda.Context, p unsafe.Pointer) error {
+	if p != unsafe.Pointer(d.hostMem[0]) { // not the abort flag
+		return d.fakeDriver.MemFreeHost(c, p)
+	}
 	close(d.entered)
 	<-d.proceed
 	return d.fakeDriver.MemFreeHost(c, p)

@@ -71,8 +71,9 @@ func (be *Backend) initP2P() {
 
 var _ collectives.GroupRunner = (*Backend)(nil)
 
-// RunGroup enqueues a group: its collectives in order, one launch each,
-// then its point-to-point operations in one launch (more when a lane
+// RunGroup enqueues a group: its collectives in order, consecutive small
+// AllReduces fused into one launch where they can be (fuse.go), the others
+// one launch each, then its point-to-point operations in one launch (more when a lane
 // holds more than p2pLaneOps) on the stream of the first. Operations on
 // other streams are ordered through events: the launch waits for work
 // already on them, and they wait for the launch.
@@ -85,13 +86,14 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	if err := checkP2P(g.P2P, be.rank, be.nranks); err != nil {
 		return err
 	}
-	for i := range g.Colls {
-		if err := be.Run(ctx, &g.Colls[i]); err != nil {
-			return err
-		}
+	if err := be.runColls(ctx, g.Colls); err != nil {
+		return err
 	}
 	if len(g.P2P) == 0 {
 		return nil
+	}
+	if taken, err := be.tryAllToAllLL(g); taken {
+		return err
 	}
 	if be.aborted.Load() {
 		return be.abortErr()

@@ -172,7 +172,8 @@ func checkReduced(t collectives.DataType, op collectives.Op, ins [][]byte, off i
 		if t.IsFloat() {
 			want := reduceFloat(t, op, ins, boff, i)
 			g := getFloat(t, got, i)
-			if math.Abs(g-want) > tolerance(t, len(ins))*math.Max(1, math.Abs(want)) {
+			// (A NaN compares false: it must be asked for.)
+			if math.IsNaN(g) != math.IsNaN(want) || math.Abs(g-want) > tolerance(t, len(ins))*math.Max(1, math.Abs(want)) {
 				return fmt.Errorf("element %d: got %v want %v", i, g, want)
 			}
 		} else {

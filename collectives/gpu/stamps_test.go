@@ -12,22 +12,25 @@ import (
 )
 
 // stampAt is the Stamp at device address dev of the fake driver's
-// table, whose device address is its host address.
+// mapped host memory.
 func stampAt(d *fakeDriver, dev uint64) *[4]uint64 {
-	base := uint64(uintptr(unsafe.Pointer(&d.bigHost[0][0])))
-	return (*[4]uint64)(d.bigHost[0][(dev-base)/8:])
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return (*[4]uint64)(d.hostAt(dev))
+}
+
+// tableWords are the words of be's timestamp table.
+func tableWords(be *Backend) []uint64 {
+	return unsafe.Slice((*uint64)(be.stamps.host), be.stamps.n*stampBytes/8)
 }
 
 func TestStampsGivenToKernels(t *testing.T) {
 	const slots = 8
 	bes, drvs, _ := newFakeBackends(t, 2, Config{Stamps: slots})
 	be, d := bes[0], drvs[0]
-	require.Len(t, d.bigHost, 1, "one table")
-	assert.Equal(t, 2, d.allocs, "the abort flag and the table")
-	table := uint64(uintptr(unsafe.Pointer(&d.bigHost[0][0])))
-	for i, w := range d.bigHost[0][:slots*stampBytes/8] {
-		require.Zero(t, w, "word %d of the table is cleared", i)
-	}
+	require.Equal(t, uint64(slots), be.stamps.n)
+	table := uint64(be.stamps.dev)
+	require.NotNil(t, stampAt(d, table), "the table is mapped host memory")
 	ar := func(seq uint64) *collectives.Args {
 		return &collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 2, Type: collectives.Float32,
 			Op: collectives.Sum, Stream: 0x55, Seq: seq}
@@ -79,8 +82,7 @@ func TestStampsGivenToKernels(t *testing.T) {
 func TestStampsOff(t *testing.T) {
 	bes, drvs, _ := newFakeBackends(t, 2, Config{})
 	be, d := bes[0], drvs[0]
-	assert.Empty(t, d.bigHost, "no table without a recorder")
-	assert.Equal(t, 1, d.allocs, "host memory for the abort flag only")
+	assert.Nil(t, be.stamps.host, "no table without a recorder")
 	require.NoError(t, be.Run(context.Background(), &collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000,
 		Count: 2, Type: collectives.Float32, Op: collectives.Sum, Seq: 3}))
 	assert.Zero(t, u64at(d.launches[len(d.launches)-1].params, offStamp))
@@ -104,9 +106,9 @@ func TestStampsCopyEnginesStoreNothing(t *testing.T) {
 			Count: 2 << 20, Type: collectives.Float32, Stream: uintptr(userStream), Seq: 7}
 	}
 	require.Equal(t, "ce", path(t, bes, drvs, args))
-	for r, d := range drvs {
+	for r := range drvs {
 		assert.Equal(t, collectives.Path{Algo: collectives.CopyEngine, Transport: "uva"}, bes[r].LastPath(), "rank %d", r)
-		for _, w := range d.bigHost[0] {
+		for _, w := range tableWords(bes[r]) {
 			require.Zero(t, w, "rank %d: the copy engines wrote no timestamp", r)
 		}
 		_, _, ok := bes[r].CallTimes(7)
@@ -135,11 +137,52 @@ func TestStampsCopyEnginesStoreNothing(t *testing.T) {
 }
 
 func TestStampsFreedOnClose(t *testing.T) {
-	bes, drvs, _ := newFakeBackends(t, 2, Config{Stamps: 4})
-	for r, err := range together(2, func(r int) error { return bes[r].Close() }) {
-		require.NoError(t, err, "rank %d", r)
-		assert.Equal(t, 2, drvs[r].freed, "rank %d: the abort flag and the table", r)
-		_, _, ok := bes[r].CallTimes(1)
-		assert.False(t, ok, "rank %d: nothing read after the free", r)
+	freed := [2]int{}
+	for i, stamps := range []int{0, 4} {
+		bes, drvs, _ := newFakeBackends(t, 2, Config{Stamps: stamps})
+		for r, err := range together(2, func(r int) error { return bes[r].Close() }) {
+			require.NoError(t, err, "rank %d", r)
+			assert.Nil(t, bes[r].stamps.host)
+			_, _, ok := bes[r].CallTimes(1)
+			assert.False(t, ok, "rank %d: nothing read after the free", r)
+		}
+		freed[i] = drvs[0].freed
 	}
+	assert.Equal(t, freed[0]+1, freed[1], "the table is freed too")
+}
+
+// A fused launch times its calls in its last call's slot, under that
+// call's number, after a plain call's launch left its own in the
+// parameters; a one-shot AllToAll in its group's slot.
+func TestStampsFusedAndAllToAll(t *testing.T) {
+	const slots = 16
+	bes, drvs, _ := newFakeBackends(t, 3, Config{Stamps: slots})
+	be, d := bes[0], drvs[0]
+	table := uint64(be.stamps.dev)
+	ctx := context.Background()
+	require.NoError(t, be.Run(ctx, &collectives.Args{Coll: collectives.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 2,
+		Type: collectives.Float32, Op: collectives.Sum, Stream: 0x55, Seq: 4}))
+	colls := []collectives.Args{ar(100, collectives.Float32, collectives.Sum, 0x55, 5), ar(200, collectives.Float32, collectives.Sum, 0x55, 6)}
+	d.launches = nil
+	require.NoError(t, be.RunGroup(ctx, &collectives.Group{Seq: 5, Colls: colls}))
+	require.Len(t, d.launches, 1)
+	require.Equal(t, "goccl_fused_allreduce_ll_f32_sum", d.launches[0].name)
+	assert.Equal(t, table+6*stampBytes, u64at(d.launches[0].params, offStamp), "the last call's slot")
+	assert.Equal(t, uint64(6), u64at(d.launches[0].params, offSeq), "under the last call's number")
+	assert.Equal(t, collectives.Path{Algo: collectives.LL, Transport: "uva"}, be.LastPath())
+
+	d.launches = nil
+	require.NoError(t, be.RunGroup(ctx, a2aGroup(3, 0x10000000, 0x20000000, 100, collectives.Float32, 0x55, 7)))
+	require.Len(t, d.launches, 1)
+	require.Equal(t, "goccl_alltoall_ll", d.launches[0].name)
+	assert.Equal(t, table+7*stampBytes, u64at(d.launches[0].params, offStamp))
+
+	// The point-to-point kernel's parameters are its own: no slot.
+	g := a2aGroup(3, 0x10000000, 0x20000000, 100, collectives.Float32, 0x55, 8)
+	g.Kind = collectives.PlainGroup
+	d.launches = nil
+	require.NoError(t, be.RunGroup(ctx, g))
+	require.NotEmpty(t, d.launches)
+	assert.Equal(t, "goccl_p2p", d.launches[0].name)
+	assert.Zero(t, u64at(d.launches[0].params, offStamp))
 }

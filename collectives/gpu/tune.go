@@ -20,6 +20,8 @@ import (
 // twoshot (more than two ranks), twoshot2 (two ranks), stash (the
 // one-shot AllReduce's round kept in shared memory, 0 for none), cechunk,
 // cegrid, cedirect (0 or 1), cefloor.<coll> and ceinline.<coll> (0 or 1)
+// (copy-engine reductions), ll.alltoall (the one-shot AllToAll's bytes per
+// peer, 0 for none)
 // (copy-engine reductions),
 // celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
@@ -79,6 +81,9 @@ type tuning struct {
 	// stash is the largest round of a one-shot AllReduce block kept in
 	// shared memory (stash.go); 0 turns it off.
 	stash int64
+	// a2aLL: an AllToAll of up to this many bytes per peer takes the
+	// one-shot LL kernel (alltoall.go); 0 turns it off.
+	a2aLL int64
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -143,6 +148,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		ceLand:     defaultCELandHalf / int64(max(nranks-1, 1)) &^ 15,
 		pdl:        true,
 		stash:      defaultStash,
+		a2aLL:      defaultA2ALL,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
@@ -237,6 +243,8 @@ func (t *tuning) set(key, val string) error {
 		t.th.TwoShotPair = v
 	case "stash":
 		t.stash = v
+	case "ll.alltoall":
+		t.a2aLL = v
 	default:
 		// Only the collectives that have the algorithm take its threshold.
 		kind, name, _ := strings.Cut(key, ".")
@@ -276,6 +284,9 @@ func (t *tuning) check() error {
 			EnvTune, t.slot, t.grid, 2*int64(max(t.nranks, 2))*int64(t.grid)*t.slot, t.nranks, int64(maxStaging), collectives.ErrInvalidArgument)
 	case t.share < 16 || t.share&(t.share-1) != 0 || t.share > t.slot:
 		return fmt.Errorf("%s: share %d: want a power of 2 from 16 up to the slot (%d): %w", EnvTune, t.share, t.slot, collectives.ErrInvalidArgument)
+	case t.a2aLL < 0 || t.a2aLL > llMaxBytes:
+		return fmt.Errorf("%s: ll.alltoall %d: the LL lines hold at most %d bytes per peer (0: off): %w",
+			EnvTune, t.a2aLL, llMaxBytes, collectives.ErrInvalidArgument)
 	case t.th.LL[collectives.AllReduce] > llMaxBytes:
 		return fmt.Errorf("%s: ll.all_reduce %d: the LL kernel holds at most %d bytes: %w",
 			EnvTune, t.th.LL[collectives.AllReduce], llMaxBytes, collectives.ErrInvalidArgument)

@@ -72,6 +72,14 @@ inline const std::vector<std::string>& injections() {
 std::vector<std::string> p2p_groups();
 bool p2p_run_group(const std::string& group, const EmuOptions& o);
 
+// The fused group kernel's scenarios (emu_fused.cc), by group name.
+std::vector<std::string> fused_groups();
+bool fused_run_group(const std::string& group, const EmuOptions& o);
+
+// The one-shot AllToAll's scenarios (emu_alltoall.cc), by group name.
+std::vector<std::string> a2a_groups();
+bool a2a_run_group(const std::string& group, const EmuOptions& o);
+
 // The copy-engine reductions' scenarios (emu_ce.cc), by group name.
 std::vector<std::string> ce_groups();
 bool ce_run_group(const std::string& group, const EmuOptions& o);

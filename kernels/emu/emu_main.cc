@@ -23,6 +23,12 @@
 // numbers, which every staged kernel and LL must report (every launch here
 // carries its call number too, so that no scenario may report one falsely).
 //
+// The fused group kernel (fused.cu) has its scenarios in emu_fused.cc
+// (fused2, fused3, fused4, fusedabort): groups of AllReduces that some
+// ranks run as one fused launch and others as one LL launch per call; the
+// one-shot AllToAll (alltoall.cu) in emu_alltoall.cc (a2a2, a2a3, a2a8,
+// a2aabort).
+//
 // The copy-engine reductions (cereduce.cu, run by emu_ce.cc and fed by the
 // push, land and spread streams that emu_ce_streams.cc models after
 // collectives/gpu/cereduce.go) have scenarios of their own: ce2, ce3, ce4
@@ -39,8 +45,8 @@
 // flag must end them all).
 //
 // Build (kernels/emu_test.go does this in TestKernelsOnCPU), from kernels/:
-//   (p2p.cu is compiled inside emu/emu_p2p.cc)
-//   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu ll.cu cereduce.cu emu/*.cc; do
+//   (p2p.cu is compiled inside emu/emu_p2p.cc, fused.cu, alltoall.cu and ll.cu inside emu/emu_fused.cc)
+//   mkdir -p /tmp/emu && for f in allreduce.cu reduce.cu bcast_gather.cu cereduce.cu emu/*.cc; do
 //     g++ -std=c++17 -O0 -DGOCCL_EMU -pthread -I. -include emu/cuda_emu.h -x c++ -c $f -o /tmp/emu/${f#*/}.o
 //   done && g++ -pthread -o /tmp/emu/emu /tmp/emu/*.o
 //
@@ -766,6 +772,24 @@ int main(int argc, char** argv) {
     if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
     ran++;
     ok = p2p_run_group(group, o) && ok;
+  }
+  for (const std::string& group : fused_groups()) {
+    if (list) {
+      printf("%s\n", group.c_str());
+      continue;
+    }
+    if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
+    ran++;
+    ok = fused_run_group(group, o) && ok;
+  }
+  for (const std::string& group : a2a_groups()) {
+    if (list) {
+      printf("%s\n", group.c_str());
+      continue;
+    }
+    if (!run.empty() && run.find("," + group + ",") == std::string::npos) continue;
+    ran++;
+    ok = a2a_run_group(group, o) && ok;
   }
   for (const std::string& group : ce_groups()) {
     if (list) {

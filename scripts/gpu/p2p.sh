@@ -11,7 +11,8 @@
 # same at 2 over ipc, a pair whose counts disagree (both ranks must fail
 # with ErrInvalidCount), ranks that meet in calls of different numbers
 # (every rank must fail with ErrCallMismatch) and, where $B has it, the
-# collectives' conformance at 2 ranks. It prints a table last and exits
+# collectives' conformance (every call, point-to-point included) at 2, 3
+# and 4 ranks. It prints a table last and exits
 # non-zero on any failure. GOCCL_P2P_ONLY=REGEX runs only the steps whose
 # names match (grep -E), and make kernels.
 set -u
@@ -82,6 +83,9 @@ for m in "2 1000" "2 1048576" "3 1000"; do
 done
 if [ -x "$B/conformance" ]; then
   step "collectives conformance, 2 procs" 200 "$B/goccl" run -np 2 "$B/conformance" --backend gpu --graph 20 --stress 300
+  for n in 3 4; do
+    step "collectives conformance, $n procs" 240 "$B/goccl" run -np $n "$B/conformance" --backend gpu --graph 5 --stress 50
+  done
 fi
 
 echo

@@ -133,6 +133,7 @@ step "1 rank, 1 GPU" 120 "$B/goccl" run -np 1 "${CONF[@]}"
 # launcher's exit status is the killed rank's, so only the survivor's
 # verdict counts), then create/destroy cycles.
 step "fault: rank killed mid-AllReduce" 90 bash -c 'out=$("$0" run -np 2 --grace 60s "$1" --mode kill 2>&1); echo "$out"; grep -q "^gpufaults: kill: PASS" <<<"$out"' "$B/goccl" "$B/gpufaults"
+step "fault: rank killed, survivors Shrink" 120 bash -c 'out=$("$0" run -np 3 --grace 60s "$1" --mode shrink --count 1048576 2>&1); echo "$out"; [ "$(grep -c "^gpufaults: shrink: PASS" <<<"$out")" = 2 ]' "$B/goccl" "$B/gpufaults"
 step "fault: GPU comm create/destroy" 150 "$B/gpufaults" --mode cycles --cycles 1000 --budget ${GOCCL_SUITE_CYCLE_BUDGET:-100s}
 step "example gradavg, 2 ranks" 60 "$B/goccl" run -np 2 "$B/gradavg"
 # Point-to-point (tests/p2pgpu; scripts/gpu/p2p.sh has the fuller check):

@@ -7,6 +7,11 @@
 //     must see an error naming rank 1 within 10 s, and a new communicator
 //     on the same GPU must then work (checked against a reference). It
 //     prints "gpufaults: kill: PASS ..." or "FAIL ...".
+//   - shrink: started as 3 ranks by `goccl run -np 3 --grace 60s`, rank 2
+//     kills itself while ranks 0 and 1 wait in an AllReduce. Both must see
+//     an error naming rank 2, Shrink the aborted communicator without it
+//     into a 2-rank GPU communicator, and run checked AllReduces and an
+//     AllToAll on it. It prints "gpufaults: shrink: PASS ..." per survivor.
 //   - cycles: N create/destroy cycles of a 1-rank GPU communicator with one
 //     checked AllReduce each; device memory, fds and goroutines must come
 //     back to their baseline. Prints "gpufaults: cycles: PASS ...".
@@ -34,7 +39,7 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "kill", "kill | cycles")
+	mode := flag.String("mode", "kill", "kill | shrink | cycles")
 	cycles := flag.Int("cycles", 1000, "create/destroy cycles (mode cycles)")
 	budget := flag.Duration("budget", 90*time.Second, "stop the cycles after this long and report how many ran")
 	count := flag.Int("count", 16<<20, "AllReduce elements (float32)")
@@ -43,6 +48,8 @@ func main() {
 	switch *mode {
 	case "kill":
 		err = killMode(*count)
+	case "shrink":
+		err = shrinkMode(*count)
 	case "cycles":
 		err = cyclesMode(*cycles, *budget)
 	default:
@@ -205,6 +212,122 @@ func killMode(n int) error {
 		return fmt.Errorf("AllReduce on a new communicator: %w", err)
 	}
 	fmt.Printf("gpufaults: kill: PASS: survivor's AllReduce failed after %v naming rank 1 (%v); a new communicator on GPU %d then ran a checked AllReduce\n", took.Round(time.Millisecond), failure, dev)
+	return nil
+}
+
+func shrinkMode(n int) error {
+	signal.Ignore(syscall.SIGTERM) // as in killMode: outlive the launcher's stop
+	ctx := context.Background()
+	drv, err := cuda.Load()
+	if err != nil {
+		return err
+	}
+	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendGPU})
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	if c.Size() != 3 {
+		return fmt.Errorf("run me as 3 ranks, not %d", c.Size())
+	}
+	r, err := newRig(c, drv, n)
+	if err != nil {
+		return err
+	}
+	for it := 0; it < 3; it++ {
+		if err := r.allReduce(ctx, uint64(it), true); err != nil {
+			return fmt.Errorf("healthy iteration %d: %w", it, err)
+		}
+	}
+	const victim = 2
+	if c.Rank() == victim {
+		fmt.Println("gpufaults: shrink: rank 2 dying")
+		time.Sleep(200 * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	t0 := time.Now()
+	failure := r.allReduce(ctx, 99, false)
+	took := time.Since(t0)
+	var pe *comm.PeerError
+	if failure == nil {
+		return errors.New("AllReduce with a dead peer returned no error")
+	}
+	if !errors.As(failure, &pe) || pe.Rank != victim {
+		return fmt.Errorf("error does not name rank %d (after %v): %w", victim, took, failure)
+	}
+	r.close()
+	t1 := time.Now()
+	child, err := c.Shrink(ctx, []int{victim}, comm.Options{})
+	if err != nil {
+		return fmt.Errorf("Shrink: %w", err)
+	}
+	shrunk := time.Since(t1)
+	defer c.Close()
+	defer child.Close()
+	if child.Size() != 2 || child.Rank() != c.Rank() {
+		return fmt.Errorf("child is rank %d of %d, want %d of 2", child.Rank(), child.Size(), c.Rank())
+	}
+	r2, err := newRig(child, drv, n)
+	if err != nil {
+		return err
+	}
+	defer r2.close()
+	for it := 0; it < 5; it++ {
+		if err := r2.allReduce(ctx, uint64(100+it), true); err != nil {
+			return fmt.Errorf("AllReduce %d on the shrunk communicator: %w", it, err)
+		}
+	}
+	if err := r2.allToAll(ctx); err != nil {
+		return fmt.Errorf("AllToAll on the shrunk communicator: %w", err)
+	}
+	fmt.Printf("gpufaults: shrink: PASS: rank %d's AllReduce failed after %v naming rank %d; Shrink took %v; 5 AllReduces and an AllToAll on the 2-rank child were correct\n",
+		c.Rank(), took.Round(time.Millisecond), victim, shrunk.Round(time.Millisecond))
+	return nil
+}
+
+// allToAll exchanges n/size float32 per peer whose values say where they
+// come from and go to, and checks every received block.
+func (r *rig) allToAll(ctx context.Context) error {
+	size, me := r.c.Size(), r.c.Rank()
+	per := r.n / size
+	val := func(src, dst, i int) float32 { return float32(src*1_000_000 + dst*100_000 + i%65536) }
+	in := make([]byte, 4*r.n)
+	for dst := 0; dst < size; dst++ {
+		for i := 0; i < per; i++ {
+			binary.LittleEndian.PutUint32(in[4*(dst*per+i):], math.Float32bits(val(me, dst, i)))
+		}
+	}
+	if err := r.sp.CopyIn(r.send, 0, in); err != nil {
+		return err
+	}
+	poison := make([]byte, 4*r.n)
+	for i := range poison {
+		poison[i] = 0xff
+	}
+	if err := r.sp.CopyIn(r.recv, 0, poison); err != nil {
+		return err
+	}
+	if err := r.c.AllToAll(ctx, r.send.Ptr, r.recv.Ptr, per, comm.Float32, r.sp.Stream()); err != nil {
+		return err
+	}
+	if err := r.sp.Sync(ctx); err != nil {
+		return err
+	}
+	if err := r.c.Err(); err != nil {
+		return err
+	}
+	out := make([]byte, 4*r.n)
+	if err := r.sp.CopyOut(out, r.recv, 0); err != nil {
+		return err
+	}
+	for src := 0; src < size; src++ {
+		for i := 0; i < per; i++ {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*(src*per+i):]))
+			if want := val(src, me, i); got != want {
+				return fmt.Errorf("block from rank %d, element %d: got %g, want %g", src, i, got, want)
+			}
+		}
+	}
 	return nil
 }
 
