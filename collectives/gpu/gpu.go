@@ -90,8 +90,8 @@ type Backend struct {
 	// last is how the last call went (LastPath); transport the mapper's name.
 	last      collectives.Path
 	transport string
-	fuse   fuseState     // group fusion (fuse.go)
-	a2a    cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
+	fuse      fuseState     // group fusion (fuse.go)
+	a2a       cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
 }
 
 var _ collectives.Backend = (*Backend)(nil)
