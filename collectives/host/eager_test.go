@@ -65,13 +65,15 @@ func TestEagerSendBeforeRecv(t *testing.T) {
 			count int
 			dt    collectives.DataType
 			both  bool // also to the other neighbour
+			self  bool // also to itself
 		}{
-			{"one element", 1, collectives.Float32, false},
-			{"a prime", 4093, collectives.Float64, true},
-			{"a few slots", limit / 3, collectives.Int8, false},
-			{"the limit", limit, collectives.Int8, false},
-			{"the limit in floats", limit / 4, collectives.Float32, false},
-			{"nothing", 0, collectives.Int32, true},
+			{"one element", 1, collectives.Float32, false, false},
+			{"a prime", 4093, collectives.Float64, true, false},
+			{"a few slots", limit / 3, collectives.Int8, false, false},
+			{"the limit", limit, collectives.Int8, false, false},
+			{"the limit in floats", limit / 4, collectives.Float32, false, false},
+			{"nothing", 0, collectives.Int32, true, false},
+			{"to itself too", 1000, collectives.Float16, false, true},
 		} {
 			t.Run(fmt.Sprintf("%d ranks/%s", n, tc.name), func(t *testing.T) {
 				j := newJob(t, n, Config{Timeout: time.Minute})
@@ -80,6 +82,9 @@ func TestEagerSendBeforeRecv(t *testing.T) {
 					p.add(r, (r+1)%n, tc.count, tc.dt)
 					if tc.both {
 						p.add(r, (r+n-1)%n, tc.count, tc.dt)
+					}
+					if tc.self {
+						p.add(r, r, tc.count, tc.dt)
 					}
 				}
 				p.sendFirst()

@@ -28,4 +28,3 @@ func as[T any](b []byte) []T {
 func word(m []byte, off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&m[off]))
 }
-
