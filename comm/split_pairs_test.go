@@ -121,3 +121,44 @@ func TestSplitParentAndChildCloseInEitherOrder(t *testing.T) {
 		})
 	}
 }
+
+// A child's Shrink finds its survivors, before and after the parent is
+// closed; the parent's own Shrink is not disturbed by the child.
+func TestShrinkOfSplitChild(t *testing.T) {
+	for _, parentClosed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parent closed %v", parentClosed), func(t *testing.T) {
+			comms, err := InitAll(context.Background(), make([]int, 4), hostOpts())
+			require.NoError(t, err)
+			l0, _ := tcpSockets(t)
+			kids, errs := splitAll(comms, []int{0, 0, 0, 0}, []int{0, 1, 2, 3}, Options{})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			if parentClosed {
+				closeComms(t, comms)
+			} else {
+				// The parent leaves out rank 1 while the child lives.
+				p, errs := shrinkAll(comms, []int{0, 2, 3}, same([]int{1}, 0, 2, 3), Options{})
+				for _, r := range []int{0, 2, 3} {
+					require.NoError(t, errs[r], "rank %d", r)
+				}
+				checkAllReduce(t, []*Comm{p[0], p[2], p[3]}, 11)
+				closeComms(t, []*Comm{p[0], p[2], p[3]})
+			}
+			kill(t, kids, 2)
+			grand, errs := shrinkAll(kids, []int{0, 1, 3}, same([]int{2}, 0, 1, 3), Options{})
+			for _, r := range []int{0, 1, 3} {
+				require.NoError(t, errs[r], "rank %d", r)
+			}
+			checkAllReduce(t, []*Comm{grand[0], grand[1], grand[3]}, 1001)
+			closeComms(t, []*Comm{grand[0], grand[1], grand[3]})
+			closeComms(t, []*Comm{kids[0], kids[1], kids[3]})
+			if !parentClosed {
+				l1, _ := tcpSockets(t)
+				assert.Equal(t, l0, l1, "the children's listeners are gone, the parents' stay")
+				checkAllReduce(t, comms, 3)
+				closeComms(t, comms)
+			}
+		})
+	}
+}
