@@ -26,6 +26,9 @@ type joinSpec struct {
 	// ln is rank 0's listener when bound already (children of Split and
 	// Shrink); startBootstrap takes it over.
 	ln net.Listener
+	// conn is another rank's connection to rank 0 when made already (a
+	// child of Split over socket pairs); startBootstrap takes it over.
+	conn net.Conn
 }
 
 // InitRank joins rank rank of an nranks-rank job whose rank 0 listens at
@@ -251,7 +254,15 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 			resolve = func() (UniqueID, error) { return readPublishedID(spec.filePath) }
 		}
 		var p *peer
-		p, b.pids, jc.magic, nonce, err = leafRendezvous(ctx, resolve, jc)
+		if spec.conn != nil {
+			// One attempt: the connection leads to this job's rank 0.
+			p, b.pids, nonce, _, err = leafHandshake(ctx, spec.conn, jc)
+			if err != nil {
+				_ = spec.conn.Close()
+			}
+		} else {
+			p, b.pids, jc.magic, nonce, err = leafRendezvous(ctx, resolve, jc)
+		}
 		if err == nil {
 			if fds, err = bindFDSocket(spec.token, spec.rank, nonce, set.log); err != nil {
 				_ = p.conn.Close() // rank 0 sees this rank leave and fails the job

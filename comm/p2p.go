@@ -10,7 +10,10 @@ import (
 // Send sends count elements of buf to peer, enqueued on stream. It pairs
 // with peer's matching Recv (the k-th Send to a peer with its k-th Recv
 // from this rank); the two must agree on count and type. peer may be this
-// rank. On the host backend it returns once peer has the data; for several
+// rank. On the host backend a Send that fits the pair's ring (about 2 MiB
+// over the ranks, docs/guide.md) returns without waiting for its Recv, as
+// NCCL's small Sends do, and a larger one once peer has the data; on the
+// GPU backend every Send waits for its Recv to start. For several
 // point-to-point calls that depend on each other, use a Group.
 func (c *Comm) Send(ctx context.Context, buf uintptr, count int, dt DataType, peer int, stream uintptr) error {
 	return c.oneP2P(ctx, collectives.P2P{Kind: collectives.SendOp, Peer: peer, Buf: buf, Count: count, Type: dt, Stream: stream})

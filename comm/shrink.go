@@ -544,7 +544,7 @@ func (s *shrinker) lead(ctx context.Context) (UniqueID, net.Listener, error) {
 			return fail(fmt.Errorf("%w: ranks %v did not join the Shrink within the timeout (do they call it, with exclude %v?): %v", collectives.ErrTimeout, missing, s.ex, ctx.Err()))
 		}
 	}
-	id, ln, err := s.c.newChildID(len(s.survivors))
+	id, ln, err := s.c.newChildID(len(s.survivors), false)
 	if err != nil {
 		return fail(err)
 	}

@@ -29,9 +29,12 @@ const NoColor = -1
 // The ranks exchange their colors and keys through the parent's bootstrap
 // in one step, so that every rank learns every group at once and none
 // waits on a rank of another color; each new rank 0 then sends its group
-// a fresh unique id (a new secret, a new listener on the parent's
-// interface) in a second step, and each group forms its own communicator
-// as init does. The child gets its own bootstrap and backend (the same
+// a fresh unique id (a new secret) in a second step, and each group forms
+// its own communicator as init does. A group on one node meets over
+// socket pairs its rank 0 hands out through the parent's fd sockets, with
+// no new listener and no dial (splitpairs.go); a group across nodes over a
+// new listener of its rank 0 on the parent's interface. The child gets its
+// own bootstrap and backend (the same
 // backend, device and settings as the parent; the non-zero fields of opts
 // override them, and the environment is not read again): Close and Abort
 // on either leave the other alone, and children may be split in turn.
@@ -53,7 +56,17 @@ func (c *Comm) Split(ctx context.Context, color, key int, opts Options) (*Comm, 
 	if ln != nil {
 		defer ln.Close() // taken over by the child's bootstrap; closing twice is harmless
 	}
+	if spec.conn != nil {
+		// The child's rescue point listens where the parent's does (its
+		// star has no address to learn one from).
+		if !set.ifIP.IsValid() {
+			set.ifIP = c.rescue.ip
+		}
+	}
 	child, err := initResolved(ctx, spec, set)
+	if spec.conn != nil && err != nil {
+		_ = spec.conn.Close() // closing twice is harmless
+	}
 	if err != nil {
 		return nil, fmt.Errorf("goccl: rank %d: Split: color %d: %w", c.rank, color, err)
 	}
@@ -93,9 +106,10 @@ func (c *Comm) splitExchange(ctx context.Context, color, key int, bad error) (jo
 	var ln net.Listener
 	var id UniqueID
 	var idErr error
+	pairs := color != NoColor && len(members) > 1 && c.sameNode(members)
 	if color != NoColor && me == 0 {
-		id, ln, idErr = c.newChildID(len(members))
-		offer = encodeSplitOffer(id, idErr)
+		id, ln, idErr = c.newChildID(len(members), pairs)
+		offer = encodeSplitOffer(id, pairs, idErr)
 	}
 	offers, err := c.boot.AllGather(ctx, offer)
 	if err != nil {
@@ -109,13 +123,25 @@ func (c *Comm) splitExchange(ctx context.Context, color, key int, bad error) (jo
 	}
 	leader := members[0]
 	if me != 0 {
-		if id, err = decodeSplitOffer(offers[leader]); err != nil {
+		if id, pairs, err = decodeSplitOffer(offers[leader]); err != nil {
 			return joinSpec{}, nil, &collectives.PeerError{Rank: leader, Cause: fmt.Errorf("the new rank 0 of color %d: %w", color, err)}
 		}
 	} else if idErr != nil {
 		return joinSpec{}, nil, idErr
 	}
 	spec := joinSpec{nranks: len(members), rank: me, localRank: c.rescue.localRanks(members)[me], id: id, token: id.Token(), ln: ln}
+	if pairs {
+		// Still under callMu: no other call of the parent passes
+		// descriptors meanwhile.
+		if me == 0 {
+			if ln, err = c.sendPairs(ctx, members); err != nil {
+				return joinSpec{}, nil, err
+			}
+			spec.ln = ln
+		} else if spec.conn, err = c.takePair(ctx, leader); err != nil {
+			return joinSpec{}, nil, err
+		}
+	}
 	return spec, ln, nil
 }
 
@@ -144,10 +170,11 @@ func splitGroup(recs []splitRecord, color int) []int {
 }
 
 // newChildID makes a child's id: a fresh secret and, when the child has
-// other ranks, a listener on the parent's interface for its bootstrap.
-func (c *Comm) newChildID(nranks int) (UniqueID, net.Listener, error) {
+// other ranks and does not meet over socket pairs, a listener on the
+// parent's interface for its bootstrap.
+func (c *Comm) newChildID(nranks int, pairs bool) (UniqueID, net.Listener, error) {
 	ip := c.rescue.ip
-	if nranks == 1 {
+	if nranks == 1 || pairs {
 		// No rank will dial it: the address only has to be well formed.
 		id, err := NewUniqueIDAt(netip.AddrPortFrom(ip, 1))
 		return id, nil, err
@@ -225,7 +252,7 @@ func (c *Comm) childSettings(opts Options) (settings, error) {
 // Split step) is told apart from garbage.
 //
 //	record: "GSP1" | color i64 | key i64 | bad u8 | message (when bad)
-//	offer:  "GSP2" | status u8 | id (status 1) or message (status 2)
+//	offer:  "GSP2" | status u8 | id (status 1: dial it; 3: socket pairs) or message (status 2)
 const (
 	splitRecordTag = "GSP1"
 	splitOfferTag  = "GSP2"
@@ -278,7 +305,7 @@ func decodeSplitRecord(b []byte) (splitRecord, error) {
 	return r, nil
 }
 
-func encodeSplitOffer(id UniqueID, err error) []byte {
+func encodeSplitOffer(id UniqueID, pairs bool, err error) []byte {
 	b := append([]byte(nil), splitOfferTag...)
 	if err != nil {
 		msg := err.Error()
@@ -287,18 +314,25 @@ func encodeSplitOffer(id UniqueID, err error) []byte {
 		}
 		return append(append(b, 2), msg...)
 	}
-	return append(append(b, 1), id[:]...)
+	status := byte(1)
+	if pairs {
+		status = 3
+	}
+	return append(append(b, status), id[:]...)
 }
 
-func decodeSplitOffer(b []byte) (UniqueID, error) {
+// decodeSplitOffer returns the offered id and whether the group meets
+// over socket pairs.
+func decodeSplitOffer(b []byte) (UniqueID, bool, error) {
 	if len(b) < 5 || string(b[:4]) != splitOfferTag {
-		return UniqueID{}, fmt.Errorf("%w: no id offered (%d bytes)", errMalformed, len(b))
+		return UniqueID{}, false, fmt.Errorf("%w: no id offered (%d bytes)", errMalformed, len(b))
 	}
 	switch b[4] {
-	case 1:
-		return UniqueIDFromBytes(b[5:])
+	case 1, 3:
+		id, err := UniqueIDFromBytes(b[5:])
+		return id, b[4] == 3, err
 	case 2:
-		return UniqueID{}, errors.New(printable(b[5:]))
+		return UniqueID{}, false, errors.New(printable(b[5:]))
 	}
-	return UniqueID{}, fmt.Errorf("%w: offer status %d", errMalformed, b[4])
+	return UniqueID{}, false, fmt.Errorf("%w: offer status %d", errMalformed, b[4])
 }

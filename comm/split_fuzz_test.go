@@ -27,15 +27,16 @@ func FuzzDecodeSplitRecord(f *testing.F) {
 func FuzzDecodeSplitOffer(f *testing.F) {
 	id, err := NewUniqueID()
 	require.NoError(f, err)
-	f.Add(encodeSplitOffer(id, nil))
-	f.Add(encodeSplitOffer(UniqueID{}, errors.New("no listener")))
+	f.Add(encodeSplitOffer(id, false, nil))
+	f.Add(encodeSplitOffer(id, true, nil))
+	f.Add(encodeSplitOffer(UniqueID{}, false, errors.New("no listener")))
 	f.Add([]byte("GSP2"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeSplitOffer(b)
+		got, pairs, err := decodeSplitOffer(b)
 		if err != nil {
 			return
 		}
-		require.Equal(t, b, encodeSplitOffer(got, nil))
+		require.Equal(t, b, encodeSplitOffer(got, pairs, nil))
 	})
 }
 

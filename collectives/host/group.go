@@ -28,6 +28,10 @@ import (
 // A Send and its Recv that disagree on the size make both return an error
 // naming both counts; the pair stays usable and the group's other calls
 // (the collectives included, so that no rank waits for this one) still run.
+// The sender of an eager Send (p2p.go) returns it from the first group
+// that ends after the receiver rejected the message: its own group when
+// the receiver was there first or the group's collectives waited for it,
+// else a later one.
 // Ranks whose numbered calls (AllToAll, AllToAllv, Gather, Scatter) meet
 // with different kinds or call numbers abort the communicator with an
 // error wrapping collectives.ErrCallMismatch that names both calls.
@@ -49,6 +53,15 @@ func (b *backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		if err := b.Run(ctx, &g.Colls[i]); err != nil {
 			return errors.Join(p2pErr, err)
 		}
+	}
+	if len(g.Colls) > 0 {
+		// The collectives may have waited for the receivers of its
+		// eager Sends.
+		b.mu.Lock()
+		if !b.closed.Load() && b.p2p.inFlight > 0 {
+			p2pErr = errors.Join(p2pErr, b.lateMismatch())
+		}
+		b.mu.Unlock()
 	}
 	return p2pErr
 }
@@ -121,10 +134,10 @@ func (b *backend) runPairs(ctx context.Context, g *collectives.Group) error {
 	}
 	for i := range st {
 		if st[i].err != nil {
-			return st[i].err
+			return errors.Join(st[i].err, b.lateMismatch())
 		}
 	}
-	return nil
+	return b.lateMismatch()
 }
 
 // idleWait is where a rank with nothing to do stands in its waiting.

@@ -28,9 +28,3 @@ func as[T any](b []byte) []T {
 func word(m []byte, off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&m[off]))
 }
-
-// word64 returns the uint64 at offset off (8-byte aligned) of shared
-// memory m.
-func word64(m []byte, off int) *uint64 {
-	return (*uint64)(unsafe.Pointer(&m[off]))
-}

@@ -24,17 +24,25 @@ import (
 // from s to d is message k, and so is the k-th Recv on d from s: NCCL's
 // matching rule) and the sender's count, type and byte count, so that the
 // receiver checks the sizes before it copies anything. On a mismatch the
-// receiver records its own count in the channel's reject words, drains
-// the sender's chunks without copying them (the channel stays in step)
-// and both sides return an error naming both counts. A Send returns once
-// its receiver has emptied every chunk (a rendezvous: the host backend's
-// calls are synchronous), and a sender starts its next message to a peer
-// only then, so the reject words are never overwritten before the sender
-// has read them.
+// receiver drains the sender's chunks without copying them (the channel
+// stays in step) and, before it frees the message's last slot, writes its
+// own count, type and the message number into that slot's header (the
+// reject words), which the sender reads before it reuses the slot.
+//
+// A Send whose message fits the ring (eagerBytes: every chunk can be in
+// a slot at once) is eager, as NCCL's Sends that fit its buffers are: it
+// returns once every chunk is in the ring, without its Recv, so two ranks
+// that each Send before they Recv do not deadlock. A larger Send is a
+// rendezvous: it returns once its receiver emptied every chunk. The sender
+// learns of a size mismatch of a rendezvous Send at once, of an eager one
+// when it finds the reject words (before reusing the slot, or at the end
+// of any later group: lateMismatch), and that group returns the error
+// naming both counts. A sender starts a message to a peer only after its
+// earlier messages to that peer are all in the ring.
 //
 // A message from a rank to itself whose Send and Recv are in the same
-// group (they must be: a Send waits for its Recv) is one copy, not two
-// through the ring (selfCopy).
+// group is one copy, not two through the ring (selfCopy); an eager self
+// Send outside a group waits in the ring for the Recv.
 //
 // Any change of a channel rings the doorbell of the rank on the other
 // side (a counter in its segment); a rank with nothing to do sleeps on
@@ -47,9 +55,6 @@ const (
 	chanCtrl  = 128 // a channel's control block: the posted line, the consumed line
 	offPosted = 0   // slots filled, by the sender
 	offConsum = 64  // slots emptied, by the receiver
-	offRejTyp = 68  // the receiver's type of the message it rejected last
-	offRejSeq = 72  // that message's number (uint64), by the receiver
-	offRejCnt = 80  // the receiver's count of that message (uint64)
 
 	chanSlots = 4  // slots per ring: a power of two
 	slotHdr   = 64 // header bytes of a slot
@@ -61,6 +66,11 @@ const (
 	hdrCount  = 16 // uint64: the sender's element count
 	hdrBytes  = 24 // uint64: the sender's byte count
 	hdrGSeq   = 32 // uint64: the call number of the sender's group
+	// The reject words, by the receiver, in the last slot of a message
+	// whose size it rejected.
+	hdrRejSeq = 40 // uint64: the rejected message's number
+	hdrRejCnt = 48 // uint64: the receiver's count
+	hdrRejTyp = 56 // uint32: the receiver's datatype
 )
 
 // ringBytes is the ring of each ordered pair: the staging size split over
@@ -80,9 +90,24 @@ func ctrlRegion(n int) int { return (n*chanCtrl + pageBytes - 1) / pageBytes * p
 // channel is one direction of one pair, as this rank maps it.
 type channel struct {
 	posted, consumed *uint32
-	rejType          *uint32
-	rejSeq, rejCount *uint64
 	slots            [chanSlots][]byte
+}
+
+// eagerMsg is an eager Send whose receiver has not yet freed its last
+// slot: the sender still has to read that slot's reject words.
+type eagerMsg struct {
+	seq   uint64
+	end   uint32 // the ring position after its last chunk
+	count int
+	typ   collectives.DataType
+}
+
+// inFlight is the queue of one peer's eager messages, oldest first. Every
+// one holds a distinct slot not yet freed when it is queued or kept, so
+// at most chanSlots are queued.
+type inFlight struct {
+	q       [chanSlots]eagerMsg
+	head, n int
 }
 
 // pairs is the point-to-point state of one rank.
@@ -95,7 +120,11 @@ type pairs struct {
 	// rank's own counter of each channel (only it writes that word).
 	sendSeq, sendDone, recvSeq, recvDone []uint64
 	posted, consumed                     []uint32
-	ops                                  []pending // reused by every group
+	eager                                []inFlight // per peer
+	inFlight                             int        // eager messages queued, over all peers
+	late                                 error      // the first mismatch of an eager Send not yet returned
+	eagerBytes                           int        // the largest eager Send
+	ops                                  []pending  // reused by every group
 	kind                                 collectives.GroupKind
 	gseq                                 uint64 // the running group's kind and call number
 }
@@ -108,6 +137,8 @@ func (b *backend) initPairs(base int) {
 	slot := ring / chanSlots / lineBytes * lineBytes
 	p := &b.p2p
 	p.slotData = slot - slotHdr
+	p.eagerBytes = chanSlots * p.slotData
+	p.eager = make([]inFlight, n)
 	p.out, p.in = make([]channel, n), make([]channel, n)
 	p.bells, p.bellWait = make([]*uint32, n), make([]*uint32, n)
 	for _, s := range []*[]uint64{&p.sendSeq, &p.sendDone, &p.recvSeq, &p.recvDone} {
@@ -116,8 +147,7 @@ func (b *backend) initPairs(base int) {
 	p.posted, p.consumed = make([]uint32, n), make([]uint32, n)
 	ch := func(m []byte, d int) channel {
 		c := m[base+d*chanCtrl : base+(d+1)*chanCtrl]
-		c0 := channel{posted: word(c, offPosted), consumed: word(c, offConsum), rejType: word(c, offRejTyp),
-			rejSeq: word64(c, offRejSeq), rejCount: word64(c, offRejCnt)}
+		c0 := channel{posted: word(c, offPosted), consumed: word(c, offConsum)}
 		r := base + ctrlRegion(n) + d*ring
 		for i := range c0.slots {
 			c0.slots[i] = m[r+i*slot : r+(i+1)*slot]
@@ -176,15 +206,18 @@ func (p *pairs) active(o *pending) bool {
 	return o.seq == p.recvDone[o.op.Peer]+1
 }
 
-// advanceSend fills every free slot with o's next chunks, and finishes o
-// once the receiver has emptied them all. It reports whether anything
-// moved.
+// advanceSend fills every free slot with o's next chunks. An eager o
+// finishes once they are all in the ring, a rendezvous o once the
+// receiver has emptied them all. It reports whether anything moved.
 func (b *backend) advanceSend(o *pending) bool {
 	p := &b.p2p
 	q := o.op.Peer
 	ch := &p.out[q]
 	pos := p.posted[q]
 	cons := atomic.LoadUint32(ch.consumed)
+	// Before a slot is refilled: the reject words of the eager messages
+	// whose slots the receiver freed.
+	b.confirm(q, cons)
 	moved := false
 	for !o.posted && pos-cons < chanSlots {
 		s := ch.slots[pos%chanSlots]
@@ -206,16 +239,72 @@ func (b *backend) advanceSend(o *pending) bool {
 		p.ring(q)
 		moved = true
 	}
-	if o.posted && atomic.LoadUint32(ch.consumed) == pos {
-		if atomic.LoadUint64(ch.rejSeq) == o.seq {
-			o.err = b.mismatch(o.op, b.rank, o.op.Count, o.op.Type, q, int(atomic.LoadUint64(ch.rejCount)),
-				collectives.DataType(atomic.LoadUint32(ch.rejType)), o.seq)
-		}
-		o.done = true
-		p.sendDone[q]++
-		moved = true
+	if !o.posted {
+		return moved
 	}
-	return moved
+	if len(o.buf) <= p.eagerBytes {
+		f := &p.eager[q]
+		f.q[(f.head+f.n)%chanSlots] = eagerMsg{seq: o.seq, end: pos, count: o.op.Count, typ: o.op.Type}
+		f.n++
+		p.inFlight++
+	} else {
+		if atomic.LoadUint32(ch.consumed) != pos {
+			return moved
+		}
+		if r, ok := b.rejected(q, pos, o.seq); ok {
+			o.err = b.mismatch(o.op, b.rank, o.op.Count, o.op.Type, q, r.count, r.typ, o.seq)
+		}
+	}
+	o.done = true
+	p.sendDone[q]++
+	return true
+}
+
+// rejected reads the reject words of message seq to q, whose last chunk
+// ended at ring position end and has been emptied.
+func (b *backend) rejected(q int, end uint32, seq uint64) (eagerMsg, bool) {
+	s := b.p2p.out[q].slots[(end-1)%chanSlots]
+	le := binary.LittleEndian
+	if le.Uint64(s[hdrRejSeq:]) != seq {
+		return eagerMsg{}, false
+	}
+	return eagerMsg{seq: seq, count: int(le.Uint64(s[hdrRejCnt:])), typ: collectives.DataType(le.Uint32(s[hdrRejTyp:]))}, true
+}
+
+// confirm retires q's eager messages whose last slot the receiver freed
+// (cons: its consumed counter), keeping the first mismatch among them
+// for lateMismatch.
+func (b *backend) confirm(q int, cons uint32) {
+	p := &b.p2p
+	f := &p.eager[q]
+	for f.n > 0 {
+		e := f.q[f.head]
+		if int32(cons-e.end) < 0 {
+			return
+		}
+		if r, ok := b.rejected(q, e.end, e.seq); ok && p.late == nil {
+			op := collectives.P2P{Kind: collectives.SendOp, Peer: q, Count: e.count, Type: e.typ}
+			p.late = b.mismatch(&op, b.rank, e.count, e.typ, q, r.count, r.typ, e.seq)
+		}
+		f.head = (f.head + 1) % chanSlots
+		f.n--
+		p.inFlight--
+	}
+}
+
+// lateMismatch returns, once, the first size mismatch of an eager Send
+// whose receiver has rejected it by now. It does not wait: a receiver
+// that has not reached its Recv yet is found by a later group.
+func (b *backend) lateMismatch() error {
+	p := &b.p2p
+	for q := 0; p.inFlight > 0 && q < b.n; q++ {
+		if p.eager[q].n > 0 {
+			b.confirm(q, atomic.LoadUint32(p.out[q].consumed))
+		}
+	}
+	err := p.late
+	p.late = nil
+	return err
 }
 
 // advanceRecv empties every filled slot of o's channel into o's buffer;
@@ -249,9 +338,6 @@ func (b *backend) advanceRecv(o *pending) (bool, error) {
 			if o.total != len(o.buf) {
 				o.theirCount = int(le.Uint64(s[hdrCount:]))
 				o.theirType = collectives.DataType(le.Uint32(s[hdrType:]))
-				atomic.StoreUint32(ch.rejType, uint32(o.op.Type))
-				atomic.StoreUint64(ch.rejCount, uint64(o.op.Count))
-				atomic.StoreUint64(ch.rejSeq, o.seq)
 			}
 		}
 		m := min(p.slotData, o.total-o.off)
@@ -259,6 +345,12 @@ func (b *backend) advanceRecv(o *pending) (bool, error) {
 			copy(o.buf[o.off:o.off+m], s[slotHdr:slotHdr+m])
 		}
 		o.off += m
+		if o.off == o.total && o.total != len(o.buf) {
+			// The reject words go in before the slot is freed.
+			le.PutUint64(s[hdrRejSeq:], o.seq)
+			le.PutUint64(s[hdrRejCnt:], uint64(o.op.Count))
+			le.PutUint32(s[hdrRejTyp:], uint32(o.op.Type))
+		}
 		cons++
 		p.consumed[q] = cons
 		atomic.StoreUint32(ch.consumed, cons)
