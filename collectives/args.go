@@ -10,12 +10,15 @@ import (
 // and AllGather (sendcount), and in each rank's output for ReduceScatter
 // (recvcount).
 type Args struct {
-	Coll   Collective
-	Send   uintptr // device (GPU backend) or host (host backend) address
-	Recv   uintptr
-	Count  int
-	Type   DataType
-	Op     Op // ignored by Broadcast and AllGather
+	Coll  Collective
+	Send  uintptr // device (GPU backend) or host (host backend) address
+	Recv  uintptr
+	Count int
+	Type  DataType
+	Op    Op // ignored by Broadcast and AllGather
+	// Scalar is PreMulSum's factor (ignored by every other op); ranks may
+	// pass different ones, as NCCL allows.
+	Scalar Scalar
 	Root   int
 	Stream uintptr // CUstream; ignored by the host backend
 	// Seq is the call's number on its communicator, counted alike on every
