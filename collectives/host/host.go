@@ -149,7 +149,7 @@ func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
 	if a.Count == 0 {
 		return nil
 	}
-	setScalar(&b.sc.mul, a)
+	a = scaledArgs(&b.sc.mul, a, b.n)
 	if b.n == 1 {
 		b.single(a)
 		return nil
@@ -188,11 +188,6 @@ func (b *backend) oneShot(a *collectives.Args) bool {
 // single is every collective on one rank: a copy unless in place.
 func (b *backend) single(a *collectives.Args) {
 	n := a.Count * a.Type.Size()
-	if a.Coll.Reduces() && a.Op == collectives.PreMulSum { // the one input still scales
-		b.srcs = append(b.srcs[:0], hostBytes(a.Send, n))
-		reducer(a.Type, a.Op)(hostBytes(a.Recv, n), b.srcs, 1, &b.sc)
-		return
-	}
 	copy(hostBytes(a.Recv, n), hostBytes(a.Send, n))
 }
 

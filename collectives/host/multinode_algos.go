@@ -36,12 +36,11 @@ func (m *multi) run(ctx context.Context, a *collectives.Args) error {
 	if a.Count == 0 {
 		return nil
 	}
+	a = scaledArgs(&m.sc.mul, a, m.n) // PreMulSum: a Sum of this rank's scaled input
 	m.calls++
 	// Averages and half types reduce once, over every rank's input, as on
 	// one node: exact integer averages, one rounding of halves.
-	// PreMulSum too: a partial sum must not be scaled again.
-	once := a.Coll.Reduces() && (a.Op == collectives.Avg || a.Op == collectives.PreMulSum || isHalf(a.Type) || a.Type.IsFloat8())
-	setScalar(&m.sc.mul, a)
+	once := a.Coll.Reduces() && (a.Op == collectives.Avg || isHalf(a.Type) || a.Type.IsFloat8())
 	hier := m.equal && !once
 	if !hier && !m.flatLogged && a.Coll != collectives.Broadcast && a.Coll != collectives.Reduce {
 		m.flatLogged = true
@@ -87,7 +86,7 @@ func isHalf(t collectives.DataType) bool {
 // localRun makes one call on the node's shared-memory backend.
 func (m *multi) localRun(ctx context.Context, coll collectives.Collective, send, recv uintptr, count int, a *collectives.Args, root int) error {
 	m.subs++
-	m.la = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: a.Type, Op: a.Op, Scalar: a.Scalar, Root: root, Seq: m.subs}
+	m.la = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: a.Type, Op: a.Op, Root: root, Seq: m.subs}
 	if err := m.local.Run(ctx, &m.la); err != nil {
 		if e := m.failure.Load(); e != nil {
 			return *e

@@ -54,7 +54,6 @@ func init() {
 	setHalf(collectives.BFloat16, widenBF16, narrowBF16)
 	setFP8(collectives.Float8E4M3)
 	setFP8(collectives.Float8E5M2)
-	setPreMulSum()
 	scalarKernels = kernels
 	kernels = kernelsFor(bestISA())
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/goccl/goccl/internal/half"
 )
 
-// elemRef is one element's value as float64 (floats) and its raw bits.
+// elemFloat is a float element's value.
 func elemFloat(t collectives.DataType, b []byte) float64 {
 	le := binary.LittleEndian
 	switch t {
@@ -52,8 +52,8 @@ func putFloat(t collectives.DataType, b []byte, v float64) {
 
 // refReduce is the documented arithmetic written out element by element:
 // floats accumulate in float32 (float64 for Float64) in source order and
-// round once; PreMulSum scales each source first; integers wrap.
-func refReduce(t collectives.DataType, op collectives.Op, srcs [][]byte, nranks int, s collectives.Scalar) []byte {
+// round once.
+func refReduce(t collectives.DataType, op collectives.Op, srcs [][]byte, nranks int) []byte {
 	es := t.Size()
 	n := len(srcs[0]) / es
 	out := make([]byte, len(srcs[0]))
@@ -64,19 +64,11 @@ func refReduce(t collectives.DataType, op collectives.Op, srcs [][]byte, nranks 
 		return float64(float32(v))
 	}
 	for i := 0; i < n; i++ {
-		if t.IsFloat() {
-			sc := s.Float(t)
+		{
 			var acc float64
 			for k, src := range srcs {
 				x := elemFloat(t, src[i*es:])
 				switch {
-				case op == collectives.PreMulSum:
-					x = r32(x * r32(sc))
-					if k == 0 {
-						acc = x
-					} else {
-						acc = r32(acc + x)
-					}
 				case k == 0:
 					acc = x
 				case op == collectives.Sum || op == collectives.Avg:
@@ -99,15 +91,6 @@ func refReduce(t collectives.DataType, op collectives.Op, srcs [][]byte, nranks 
 			putFloat(t, out[i*es:], acc)
 			continue
 		}
-		var w [8]byte
-		var acc uint64
-		for k, src := range srcs {
-			copy(w[:], src[i*es:(i+1)*es])
-			x := binary.LittleEndian.Uint64(w[:])
-			acc = x*s.Bits + acc*uint64(min(k, 1)) // k == 0 starts the sum
-		}
-		binary.LittleEndian.PutUint64(w[:], acc)
-		copy(out[i*es:], w[:es])
 	}
 	return out
 }
@@ -150,7 +133,7 @@ func TestFP8Reductions(t *testing.T) {
 					for k := range srcs {
 						srcs[k] = fp8Specials(rng, dt, count)
 					}
-					want := refReduce(dt, op, srcs, nsrc, collectives.Scalar{})
+					want := refReduce(dt, op, srcs, nsrc)
 					got := make([]byte, count)
 					for i := range got {
 						got[i] = 0xa5 // poison
@@ -163,35 +146,50 @@ func TestFP8Reductions(t *testing.T) {
 	}
 }
 
-func TestPreMulSumReductions(t *testing.T) {
+// scaledArgs scales this rank's input, by value or by address, into a
+// Sum of the products rounded to the type; the reference takes each
+// product in float64 (exact for these inputs), rounds it to float32 (a
+// correctly rounded float32 product is that) and then to the type.
+func TestPreMulSumScalesInput(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, dt := range collectives.AllDataTypes() {
 		for _, v := range []float64{0.5, -3, 1.0 / 3} {
 			s, err := collectives.ScalarOf(dt, v)
 			require.NoError(t, err)
-			for _, nsrc := range []int{1, 2, 3, 8} {
+			for _, byAddr := range []bool{false, true} {
 				for _, count := range []int{1, 9, blk + 3} {
-					srcs := make([][]byte, nsrc)
-					for k := range srcs {
-						srcs[k] = fp8Specials(rng, dt, count)
+					in := fp8Specials(rng, dt, count)
+					a := &collectives.Args{Coll: collectives.AllReduce, Op: collectives.PreMulSum, Type: dt, Count: count,
+						Send: uintptr(unsafe.Pointer(&in[0])), Scalar: s}
+					bits := s.Bits
+					if byAddr {
+						a.Scalar = collectives.ScalarAt(uintptr(unsafe.Pointer(&bits)))
 					}
-					want := refReduce(dt, collectives.PreMulSum, srcs, nsrc, s)
-					got := make([]byte, count*dt.Size())
-					sc := &scratch{}
-					setScalar(&sc.mul, &collectives.Args{Coll: collectives.AllReduce, Op: collectives.PreMulSum, Type: dt, Scalar: s})
-					reducer(dt, collectives.PreMulSum)(got, srcs, nsrc, sc)
+					var p premul
+					sa := scaledArgs(&p, a, 3)
+					require.Equal(t, collectives.Sum, sa.Op)
+					require.Equal(t, collectives.PreMulSum, a.Op, "the caller's Args are left alone")
+					got := hostBytes(sa.Send, count*dt.Size())
+					es := dt.Size()
+					want := make([]byte, len(got))
+					sf := s.Float(dt)
+					for i := 0; i < count; i++ {
+						if dt.IsFloat() {
+							prod := elemFloat(dt, in[i*es:]) * sf
+							if dt != collectives.Float64 {
+								prod = float64(float32(prod))
+							}
+							putFloat(dt, want[i*es:], prod)
+							continue
+						}
+						var w [8]byte
+						copy(w[:], in[i*es:(i+1)*es])
+						binary.LittleEndian.PutUint64(w[:], binary.LittleEndian.Uint64(w[:])*s.Bits)
+						copy(want[i*es:], w[:es])
+					}
 					sameElems(t, dt, want, got, dt.String()+" mulsum")
 				}
 			}
 		}
 	}
-}
-
-// A scalar given by address is read when the call runs.
-func TestPreMulSumScalarByAddress(t *testing.T) {
-	v := math.Float32bits(2.5)
-	sc := &scratch{}
-	setScalar(&sc.mul, &collectives.Args{Coll: collectives.Reduce, Op: collectives.PreMulSum, Type: collectives.Float32,
-		Scalar: collectives.ScalarAt(uintptr(unsafe.Pointer(&v)))})
-	require.Equal(t, float32(2.5), sc.mul.f32)
 }

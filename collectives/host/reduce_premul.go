@@ -4,27 +4,32 @@ import (
 	"encoding/binary"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/half"
 )
 
-// PreMulSum: every source element is multiplied by the call's scalar, in
-// the type's arithmetic, before the sum: floats in float32 (float64 for
-// Float64) and rounded once at the end, integers in their own wrapping
-// arithmetic. Every source is a rank's own input (the algorithms reduce
-// nothing twice), so multiplying each one is exact NCCL semantics.
+// PreMulSum, as NCCL defines it: each rank multiplies its own input by
+// its own scalar, the products are rounded to the type, and the rounded
+// products are summed like any Sum. The product is taken in the type's
+// arithmetic: float32 for the float types (float64 for Float64), the
+// type's wrapping product for integers. So a call scales this rank's send
+// buffer into scratch and runs as a Sum of that (scaledArgs); ranks may
+// pass different scalars.
 
-// premul is the scalar of the call being run, set by setScalar.
+// premul is the scalar of the call being run and the scaled input.
 type premul struct {
 	f32 float32
 	f64 float64
 	u   uint64 // the integer types: the value, truncated by each kernel
+	buf []byte // the scaled input, grown as needed and kept
 }
 
-// setScalar resolves a's scalar for the reduction kernels: by value, or
-// read from host memory now (the host backend runs calls synchronously,
-// so "when the call runs" is now).
-func setScalar(p *premul, a *collectives.Args) {
-	if a.Op != collectives.PreMulSum || !a.Coll.Reduces() {
-		return
+// scaledArgs returns a for any op but PreMulSum. For PreMulSum it scales
+// this rank's input into p.buf and returns a copy of a that sums it: the
+// scalar by value, or read from host memory now (the host backend runs
+// calls synchronously, so "when the call runs" is now).
+func scaledArgs(p *premul, a *collectives.Args, nranks int) *collectives.Args {
+	if a.Op != collectives.PreMulSum || !a.Coll.Reduces() || a.Count == 0 {
+		return a
 	}
 	bits := a.Scalar.Bits
 	if a.Scalar.Ptr != 0 {
@@ -36,116 +41,71 @@ func setScalar(p *premul, a *collectives.Args) {
 	p.u = bits
 	p.f64 = s.Float(a.Type)
 	p.f32 = float32(p.f64)
+	n := a.SendBytes(nranks)
+	if cap(p.buf) < n {
+		p.buf = make([]byte, n)
+	}
+	p.buf = p.buf[:n]
+	scalers[a.Type](p.buf, hostBytes(a.Send, n), p)
+	sa := *a
+	sa.Send, sa.Op = addrOf(p.buf), collectives.Sum
+	return &sa
 }
 
-func setPreMulSum() {
-	kernels[collectives.Int8][collectives.PreMulSum] = premulInt[int8]
-	kernels[collectives.Uint8][collectives.PreMulSum] = premulInt[uint8]
-	kernels[collectives.Int32][collectives.PreMulSum] = premulInt[int32]
-	kernels[collectives.Uint32][collectives.PreMulSum] = premulInt[uint32]
-	kernels[collectives.Int64][collectives.PreMulSum] = premulInt[int64]
-	kernels[collectives.Uint64][collectives.PreMulSum] = premulInt[uint64]
-	kernels[collectives.Float32][collectives.PreMulSum] = premulF32
-	kernels[collectives.Float64][collectives.PreMulSum] = premulF64
-	kernels[collectives.Float16][collectives.PreMulSum] = premulWide(widenF16, narrowF16)
-	kernels[collectives.BFloat16][collectives.PreMulSum] = premulWide(widenBF16, narrowBF16)
-	kernels[collectives.Float8E4M3][collectives.PreMulSum] = premulFP8(e4m3)
-	kernels[collectives.Float8E5M2][collectives.PreMulSum] = premulFP8(e5m2)
+// scalers[t] sets dst = src*scalar element by element.
+var scalers = [collectives.NumDataTypes]func(dst, src []byte, p *premul){
+	collectives.Int8:       scaleInt[int8],
+	collectives.Uint8:      scaleInt[uint8],
+	collectives.Int32:      scaleInt[int32],
+	collectives.Uint32:     scaleInt[uint32],
+	collectives.Int64:      scaleInt[int64],
+	collectives.Uint64:     scaleInt[uint64],
+	collectives.Float32:    scaleF32,
+	collectives.Float64:    scaleF64,
+	collectives.Float16:    func(d, s []byte, p *premul) { scaleHalf(d, s, p, f16to32, f32to16) },
+	collectives.BFloat16:   func(d, s []byte, p *premul) { scaleHalf(d, s, p, half.BFloat16ToFloat32, half.Float32ToBFloat16) },
+	collectives.Float8E4M3: func(d, s []byte, p *premul) { scaleFP8(d, s, p, e4m3) },
+	collectives.Float8E5M2: func(d, s []byte, p *premul) { scaleFP8(d, s, p, e5m2) },
 }
 
-// premulInt: d = s*x0 + s*x1 + ... with T's wrapping product and sum.
-func premulInt[T ~int8 | ~uint8 | ~int32 | ~uint32 | ~int64 | ~uint64](dst []byte, srcs [][]byte, _ int, sc *scratch) {
-	s := T(sc.mul.u)
-	d := as[T](dst)
-	x := as[T](srcs[0])[:len(d)]
+func scaleInt[T ~int8 | ~uint8 | ~int32 | ~uint32 | ~int64 | ~uint64](dst, src []byte, p *premul) {
+	s := T(p.u)
+	d, x := as[T](dst), as[T](src)
+	d = d[:len(x)]
 	for i, v := range x {
 		d[i] = v * s
-	}
-	for k := 1; k < len(srcs); k++ {
-		x := as[T](srcs[k])[:len(d)]
-		for i, v := range x {
-			d[i] += v * s
-		}
 	}
 }
 
 // The float forms convert each product to its type explicitly, so that
-// the compiler fuses no multiply-add: the same bits on every machine.
-func premulF32(dst []byte, srcs [][]byte, _ int, sc *scratch) {
-	s := sc.mul.f32
-	d := as[float32](dst)
-	x := as[float32](srcs[0])[:len(d)]
+// the compiler fuses nothing with it.
+func scaleF32(dst, src []byte, p *premul) {
+	d, x := as[float32](dst), as[float32](src)
+	d = d[:len(x)]
 	for i, v := range x {
-		d[i] = float32(v * s)
-	}
-	for k := 1; k < len(srcs); k++ {
-		x := as[float32](srcs[k])[:len(d)]
-		for i, v := range x {
-			d[i] += float32(v * s)
-		}
+		d[i] = float32(v * p.f32)
 	}
 }
 
-func premulF64(dst []byte, srcs [][]byte, _ int, sc *scratch) {
-	s := sc.mul.f64
-	d := as[float64](dst)
-	x := as[float64](srcs[0])[:len(d)]
+func scaleF64(dst, src []byte, p *premul) {
+	d, x := as[float64](dst), as[float64](src)
+	d = d[:len(x)]
 	for i, v := range x {
-		d[i] = float64(v * s)
-	}
-	for k := 1; k < len(srcs); k++ {
-		x := as[float64](srcs[k])[:len(d)]
-		for i, v := range x {
-			d[i] += float64(v * s)
-		}
+		d[i] = float64(v * p.f64)
 	}
 }
 
-// scaleIn is acc[i] += x[i]*s in float32.
-func scaleIn(acc, x []float32, s float32) {
-	x = x[:len(acc)]
+func scaleHalf(dst, src []byte, p *premul, widen func(uint16) float32, narrow func(float32) uint16) {
+	d, x := as[uint16](dst), as[uint16](src)
+	d = d[:len(x)]
 	for i, v := range x {
-		acc[i] += float32(v * s)
+		d[i] = narrow(float32(widen(v) * p.f32))
 	}
 }
 
-func scale(acc []float32, s float32) {
-	for i, v := range acc {
-		acc[i] = float32(v * s)
-	}
-}
-
-func premulWide(widen func([]float32, []uint16), narrow func([]uint16, []float32)) reduceFunc {
-	return func(dst []byte, srcs [][]byte, _ int, sc *scratch) {
-		s := sc.mul.f32
-		d := as[uint16](dst)
-		for lo := 0; lo < len(d); lo += blk {
-			hi := min(lo+blk, len(d))
-			acc, t := sc.fa[:hi-lo], sc.fb[:hi-lo]
-			widen(acc, as[uint16](srcs[0])[lo:hi])
-			scale(acc, s)
-			for k := 1; k < len(srcs); k++ {
-				widen(t, as[uint16](srcs[k])[lo:hi])
-				scaleIn(acc, t, s)
-			}
-			narrow(d[lo:hi], acc)
-		}
-	}
-}
-
-func premulFP8(f fp8Format) reduceFunc {
-	return func(dst []byte, srcs [][]byte, _ int, sc *scratch) {
-		s := sc.mul.f32
-		for lo := 0; lo < len(dst); lo += blk {
-			hi := min(lo+blk, len(dst))
-			acc, t := sc.fa[:hi-lo], sc.fb[:hi-lo]
-			f.widenTo(acc, srcs[0][lo:hi])
-			scale(acc, s)
-			for k := 1; k < len(srcs); k++ {
-				f.widenTo(t, srcs[k][lo:hi])
-				scaleIn(acc, t, s)
-			}
-			f.narrowTo(dst[lo:hi], acc)
-		}
+func scaleFP8(dst, src []byte, p *premul, f fp8Format) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = f.narrow(float32(f.widen(v) * p.f32))
 	}
 }
