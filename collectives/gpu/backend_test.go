@@ -137,9 +137,9 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 
 func TestEveryKernelLookedUpOnce(t *testing.T) {
 	_, drvs, _ := newFakeBackends(t, 1, Config{})
-	// 6 reducing families x 10 types x 5 ops + 2 copy kernels + the
+	// 6 reducing families x 12 types x 6 ops + 2 copy kernels + the
 	// point-to-point kernel.
-	assert.Len(t, drvs[0].names, 6*10*5+3)
+	assert.Len(t, drvs[0].names, 6*12*6+3)
 	seen := map[string]bool{}
 	for _, n := range drvs[0].names {
 		assert.False(t, seen[n], "looked up twice: %s", n)

@@ -14,6 +14,7 @@ import (
 // backend must not use are left to the embedded nil interface (a call
 // panics, failing the test).
 type fakeDriver struct {
+	missing func(name string) bool // kernels the fake fatbin lacks
 	cuda.Driver
 	mu       sync.Mutex
 	names    map[cuda.Function]string
@@ -250,6 +251,9 @@ func (f *fakeDriver) ModuleUnload(cuda.Context, cuda.Module) error             {
 func (f *fakeDriver) ModuleGetFunction(_ cuda.Context, _ cuda.Module, name string) (cuda.Function, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.missing != nil && f.missing(name) {
+		return 0, errors.New("fake: no kernel " + name)
+	}
 	fn := cuda.Function(len(f.names) + 1)
 	f.names[fn] = name
 	return fn, nil
