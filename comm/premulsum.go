@@ -94,3 +94,7 @@ func (c *Comm) resolveOp(a *collectives.Args) error {
 	a.Op, a.Scalar = collectives.PreMulSum, e.s
 	return nil
 }
+
+// ScalarFromBytes is the element of dt in b (its first Size() bytes, as a
+// C caller's pointer holds it), copied now.
+func ScalarFromBytes(dt DataType, b []byte) (Scalar, error) { return collectives.ScalarFromBytes(dt, b) }
