@@ -97,4 +97,6 @@ func (c *Comm) resolveOp(a *collectives.Args) error {
 
 // ScalarFromBytes is the element of dt in b (its first Size() bytes, as a
 // C caller's pointer holds it), copied now.
-func ScalarFromBytes(dt DataType, b []byte) (Scalar, error) { return collectives.ScalarFromBytes(dt, b) }
+func ScalarFromBytes(dt DataType, b []byte) (Scalar, error) {
+	return collectives.ScalarFromBytes(dt, b)
+}
