@@ -10,14 +10,16 @@ import (
 // output element, saturating to the largest finite value as the GPU's
 // conversions do (internal/fp8).
 
+// fp8Format is one 8-bit float type: its widening table, and which
+// narrowing (the loops test it once, outside the element loop).
 type fp8Format struct {
-	widen  func(uint8) float32
-	narrow func(float32) uint8
+	table *[256]float32
+	e5m2  bool
 }
 
 var (
-	e4m3 = fp8Format{fp8.E4M3ToFloat32, fp8.Float32ToE4M3}
-	e5m2 = fp8Format{fp8.E5M2ToFloat32, fp8.Float32ToE5M2}
+	e4m3 = fp8Format{fp8.E4M3Table(), false}
+	e5m2 = fp8Format{fp8.E5M2Table(), true}
 )
 
 func fp8FormatOf(t collectives.DataType) fp8Format {
@@ -36,17 +38,33 @@ func setFP8(t collectives.DataType) {
 	kernels[t][collectives.Avg] = fp8Reduce(f, sumIn[float32], true)
 }
 
+func (f fp8Format) widen(b uint8) float32 { return f.table[b] }
+
+func (f fp8Format) narrow(v float32) uint8 {
+	if f.e5m2 {
+		return fp8.Float32ToE5M2(v)
+	}
+	return fp8.Float32ToE4M3(v)
+}
+
 func (f fp8Format) widenTo(d []float32, s []uint8) {
 	d = d[:len(s)]
+	t := f.table
 	for i, b := range s {
-		d[i] = f.widen(b)
+		d[i] = t[b]
 	}
 }
 
 func (f fp8Format) narrowTo(d []uint8, s []float32) {
 	d = d[:len(s)]
+	if f.e5m2 {
+		for i, v := range s {
+			d[i] = fp8.Float32ToE5M2(v)
+		}
+		return
+	}
 	for i, v := range s {
-		d[i] = f.narrow(v)
+		d[i] = fp8.Float32ToE4M3(v)
 	}
 }
 

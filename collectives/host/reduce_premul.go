@@ -104,8 +104,18 @@ func scaleHalf(dst, src []byte, p *premul, widen func(uint16) float32, narrow fu
 }
 
 func scaleFP8(dst, src []byte, p *premul, f fp8Format) {
-	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = f.narrow(float32(f.widen(v) * p.f32))
+	var w [blk]float32
+	for lo := 0; lo < len(src); lo += blk {
+		hi := min(lo+blk, len(src))
+		t := w[:hi-lo]
+		f.widenTo(t, src[lo:hi])
+		scale(t, p.f32)
+		f.narrowTo(dst[lo:hi], t)
+	}
+}
+
+func scale(d []float32, s float32) {
+	for i, v := range d {
+		d[i] = float32(v * s)
 	}
 }

@@ -106,3 +106,10 @@ func IsNaNE4M3(b uint8) bool { return b&0x7f == e4m3NaN }
 
 // IsNaNE5M2 reports whether b is one of E5M2's NaN codes.
 func IsNaNE5M2(b uint8) bool { return b&0x7f > e5m2Inf }
+
+// E4M3Table and E5M2Table are the widening tables, for loops that index
+// them directly (read only).
+func E4M3Table() *[256]float32 { return &e4m3Table }
+
+// E5M2Table is E5M2's widening table (read only).
+func E5M2Table() *[256]float32 { return &e5m2Table }
