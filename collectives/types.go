@@ -120,8 +120,9 @@ const (
 	// op handles that carry the scalar (comm.Comm.CreatePreMulSum); the
 	// backends see this value with the scalar in Args.
 	PreMulSum Op = 5
-	numOps       = 6
 )
+
+const numOps = 6
 
 // NumOps sizes arrays indexed by Op.
 const NumOps = numOps

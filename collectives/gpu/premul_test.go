@@ -46,7 +46,13 @@ func TestPreMulSumParams(t *testing.T) {
 // A fatbin without the 8-bit float and PreMulSum kernels still loads; only
 // the calls that need them fail, naming the kernel, and launch nothing.
 func TestMissingOptionalKernels(t *testing.T) {
-	bes, drvs, _ := newFakeBackendsWith(t, 2, Config{}, func(_ int, d *fakeDriver) {
+	for _, algo := range []string{"", "ce"} { // (the copy engines' kernel is missing too)
+		t.Run("algo="+algo, func(t *testing.T) { missingOptionalKernels(t, algo) })
+	}
+}
+
+func missingOptionalKernels(t *testing.T, algo string) {
+	bes, drvs, _ := newFakeBackendsWith(t, 2, Config{Algo: algo}, func(_ int, d *fakeDriver) {
 		d.missing = func(n string) bool { return strings.Contains(n, "_f8e") || strings.HasSuffix(n, "_premulsum") }
 	})
 	be, drv := bes[0], drvs[0]

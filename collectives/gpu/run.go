@@ -32,9 +32,11 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	}
 	// The choice is the same on every rank: Choose is pure, and so are
 	// the registration lookup and the plan behind a copy-engine choice.
-	// PreMulSum never goes to the copy engines: they cannot scale what they move.
+	// PreMulSum never goes to the copy engines: they cannot scale what they
+	// move; nor does a reduction whose copy-engine kernel the fatbin lacks.
 	premul := a.Coll.Reduces() && a.Op == collectives.PreMulSum
-	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, be.ce.ok && !premul)
+	ceOK := be.ce.ok && !(a.Coll.Reduces() && (premul || be.fns.get(famCEReduce, a.Type, a.Op) == 0))
+	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, ceOK)
 	if algo == collectives.CopyEngine {
 		if taken, err := be.tryCE(a, bytes); taken {
 			return err

@@ -38,15 +38,6 @@ func setFP8(t collectives.DataType) {
 	kernels[t][collectives.Avg] = fp8Reduce(f, sumIn[float32], true)
 }
 
-func (f fp8Format) widen(b uint8) float32 { return f.table[b] }
-
-func (f fp8Format) narrow(v float32) uint8 {
-	if f.e5m2 {
-		return fp8.Float32ToE5M2(v)
-	}
-	return fp8.Float32ToE4M3(v)
-}
-
 func (f fp8Format) widenTo(d []float32, s []uint8) {
 	d = d[:len(s)]
 	t := f.table
