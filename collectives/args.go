@@ -78,6 +78,9 @@ func (a *Args) Validate(rank, nranks int) error {
 	if a.Count < 0 {
 		return fmt.Errorf("%s: count %d: %w", a.Coll, a.Count, ErrInvalidCount)
 	}
+	if a.Coll.Reduces() && a.Op == PreMulSum && a.Scalar.Ptr%uintptr(a.Type.Size()) != 0 {
+		return fmt.Errorf("%s: scalar address %#x not aligned to %d bytes for %s: %w", a.Coll, a.Scalar.Ptr, a.Type.Size(), a.Type, ErrMisaligned)
+	}
 	if a.Coll.Rooted() && (a.Root < 0 || a.Root >= nranks) {
 		return fmt.Errorf("%s: root %d not in [0,%d): %w", a.Coll, a.Root, nranks, ErrInvalidRoot)
 	}
