@@ -62,11 +62,30 @@ func E5M2ToFloat32(b uint8) float32 { return e5m2Table[b] }
 
 // Float32ToE4M3 narrows f to E4M3: nearest, ties to even; magnitudes
 // beyond 448 (infinities too) give ±448; NaN gives NaN.
-func Float32ToE4M3(f float32) uint8 { return narrow(f, 3, 7, e4m3Top, e4m3NaN) }
+func Float32ToE4M3(f float32) uint8 {
+	// The normal, finite case inline: rebias 127 -> 7 and round the
+	// mantissa to 3 bits (adding half an ulp less one, plus the kept
+	// bit, rounds to nearest even); the rest goes the general way.
+	u := math.Float32bits(f)
+	if a := u & f32Magn; a-(121<<f32Shift) < f32Inf-(121<<f32Shift) {
+		v := a - (127-7)<<f32Shift
+		r := (v + 1<<19 - 1 + (v>>20)&1) >> 20
+		return uint8(u>>24)&0x80 | uint8(min(r, e4m3Top))
+	}
+	return narrow(f, 3, 7, e4m3Top, e4m3NaN)
+}
 
 // Float32ToE5M2 narrows f to E5M2: nearest, ties to even; magnitudes
 // beyond 57344 (infinities too) give ±57344; NaN gives NaN.
-func Float32ToE5M2(f float32) uint8 { return narrow(f, 2, 15, e5m2Top, e5m2NaN) }
+func Float32ToE5M2(f float32) uint8 {
+	u := math.Float32bits(f) // as Float32ToE4M3, with bias 15 and 2 bits
+	if a := u & f32Magn; a-(113<<f32Shift) < f32Inf-(113<<f32Shift) {
+		v := a - (127-15)<<f32Shift
+		r := (v + 1<<20 - 1 + (v>>21)&1) >> 21
+		return uint8(u>>24)&0x80 | uint8(min(r, e5m2Top))
+	}
+	return narrow(f, 2, 15, e5m2Top, e5m2NaN)
+}
 
 func narrow(f float32, mant, bias uint32, top, nan uint8) uint8 {
 	u := math.Float32bits(f)

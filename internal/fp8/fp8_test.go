@@ -121,3 +121,17 @@ func TestInfinitySaturates(t *testing.T) {
 	assert.Equal(t, uint8(0x7b), Float32ToE5M2(float32(math.Inf(1))))
 	assert.Equal(t, uint8(0xfb), Float32ToE5M2(float32(math.Inf(-1))))
 }
+
+func BenchmarkNarrowE4M3(b *testing.B) {
+	xs := make([]float32, 4096)
+	for i := range xs {
+		xs[i] = float32(i%61-30) / 7
+	}
+	out := make([]uint8, len(xs))
+	b.SetBytes(int64(len(xs)))
+	for b.Loop() {
+		for i, x := range xs {
+			out[i] = Float32ToE4M3(x)
+		}
+	}
+}
