@@ -197,21 +197,24 @@ template <> struct Elem<bf16> {
 // The 8-bit floats, in plain integer code (no fp8 instructions on sm_80):
 // widening is exact; narrowing rounds to nearest even and saturates to the
 // largest finite value, infinities included, NaN staying NaN (the GPU's
-// satfinite conversions, which NCCL's fp8 reductions use).
+// satfinite conversions, which NCCL's fp8 reductions use). Both are written
+// without branches (every case computed, the right one selected): the
+// reduction loops unroll them 16 to a vector, and branchy code there made
+// the kernels several times slower to compile.
 __device__ __forceinline__ float f8e4m3_to_f32(u32 b) {
   const u32 s = (b & 0x80) << 24, em = b & 0x7f;
-  if (em == 0x7f) return bitcast<float>(s | 0x7fc00000u);
-  if (em >= 8) return bitcast<float>(s | (em + (120u << 3)) << 20);  // rebias 7 -> 127
-  const float v = (float)em * (1.0f / 512);                          // subnormal: em * 2^-9
-  return s ? -v : v;
+  const u32 sub = bitcast<u32>((float)em * (1.0f / 512));  // em * 2^-9: the subnormals (exact)
+  u32 bits = em >= 8 ? (em + (120u << 3)) << 20 : sub;     // rebias 7 -> 127
+  bits = em == 0x7f ? 0x7fc00000u : bits;
+  return bitcast<float>(s | bits);
 }
 __device__ __forceinline__ float f8e5m2_to_f32(u32 b) {
   const u32 s = (b & 0x80) << 24, em = b & 0x7f;
-  if (em > 0x7c) return bitcast<float>(s | 0x7fc00000u);
-  if (em == 0x7c) return bitcast<float>(s | 0x7f800000u);
-  if (em >= 4) return bitcast<float>(s | (em + (112u << 2)) << 21);  // rebias 15 -> 127
-  const float v = (float)em * (1.0f / 65536);                        // subnormal: em * 2^-16
-  return s ? -v : v;
+  const u32 sub = bitcast<u32>((float)em * (1.0f / 65536));  // em * 2^-16
+  u32 bits = em >= 4 ? (em + (112u << 2)) << 21 : sub;       // rebias 15 -> 127
+  bits = em == 0x7c ? 0x7f800000u : bits;                     // infinity
+  bits = em > 0x7c ? 0x7fc00000u : bits;                      // NaN
+  return bitcast<float>(s | bits);
 }
 // rne_shift is x >> s rounded to nearest, ties to even (1 <= s <= 31).
 __device__ __forceinline__ u32 rne_shift(u32 x, u32 s) {
@@ -223,18 +226,17 @@ __device__ __forceinline__ u32 rne_shift(u32 x, u32 s) {
 template <u32 M, u32 B, u32 Top>
 __device__ __forceinline__ u8 f32_to_f8(float f) {
   const u32 u = bitcast<u32>(f), sign = (u >> 24) & 0x80, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (u8)(sign | 0x7f);
-  u32 r;
-  if (a < (128 - B) << 23) {
-    // Below the smallest normal: count steps of 2^(1-B-M) in the float's
-    // significand (a float subnormal is far below half a step).
-    const int e = (int)(a >> 23), sh = 151 - (int)B - (int)M - e;
-    r = e == 0 || sh > 25 ? 0 : rne_shift((a & 0x7fffffu) | 0x800000u, (u32)sh);
-  } else {
-    // Rebias in place and round the mantissa; a carry steps the exponent.
-    r = rne_shift(a - ((127 - B) << 23), 23 - M);
-  }
-  return (u8)(sign | (r > Top ? Top : r));
+  // Normal: rebias in place and round the mantissa; a carry steps the
+  // exponent. (Computed for every input; used only where it applies.)
+  const u32 rn = rne_shift(a - ((127 - B) << 23), 23 - M);
+  // Below the smallest normal: count steps of 2^(1-B-M) in the float's
+  // significand (a float subnormal, e == 0, is far below half a step).
+  const int e = (int)(a >> 23), sh = 151 - (int)B - (int)M - e;
+  const u32 rs = e == 0 || sh > 25 ? 0u : rne_shift((a & 0x7fffffu) | 0x800000u, (u32)(sh < 1 ? 1 : sh));
+  u32 r = a < (128 - B) << 23 ? rs : rn;
+  r = r > Top ? Top : r;
+  r = a > 0x7f800000u ? 0x7fu : r;  // NaN
+  return (u8)(sign | r);
 }
 template <> struct Elem<f8e4m3> {
   typedef float Acc;
