@@ -107,7 +107,7 @@ func TestParseArgs(t *testing.T) {
 	assert.Equal(t, 3, cfg.Iters)
 	assert.Equal(t, 1, cfg.Warmup)
 	assert.Equal(t, 0, cfg.Check)
-	assert.Len(t, cfg.Types, 10)
+	assert.Len(t, cfg.Types, 12)
 	assert.Equal(t, []collectives.Op{collectives.Max}, cfg.Ops)
 	assert.True(t, cfg.RootAll)
 	assert.True(t, cfg.Blocking)

@@ -75,8 +75,9 @@ nccl-tests' flags:
   -w, --warmup_iters N warm-up iterations                               [5]
   -c, --check N        correctness runs per size (0 disables)           [1]
   -d, --datatype T     int8 uint8 int32 uint32 int64 uint64 half float
-                       double bfloat16, or all                          [float]
-  -o, --op OP          sum prod max min avg, or all                     [sum]
+                       double bfloat16 f8e4m3 f8e5m2, or all            [float]
+  -o, --op OP          sum prod max min avg mulsum (each rank scales by
+                       its own scalar), or all (not mulsum)             [sum]
   -r, --root R         root rank of broadcast/reduce/gather/scatter,
                        or all                                           [0]
   -z, --blocking 0|1   wait and barrier after every call                [0]

@@ -221,6 +221,11 @@ func (r *runner) free(ctx context.Context) error { return r.bufs.Free(ctx) }
 // this rank's slot, ReduceScatter's output in this rank's slot.
 func (r *runner) args(sh Shape, t collectives.DataType, op collectives.Op, root int, inPlace bool) collectives.Args {
 	a := collectives.Args{Coll: r.cfg.Coll, Send: r.send.Ptr, Recv: r.recv.Ptr, Count: sh.Count, Type: t, Op: op, Root: max(root, 0), Stream: r.rk.Space.Stream()}
+	if r.cfg.reduces() && op == collectives.PreMulSum {
+		// nccl-tests' mulsum: a scalar per rank (the timed calls; check
+		// passes the one its reference uses).
+		a.Scalar, _ = collectives.ScalarOf(t, float64(1+r.me%3)) // (t is valid)
+	}
 	if inPlace {
 		a.Send = r.recv.Ptr
 		switch r.cfg.Coll {
@@ -472,6 +477,15 @@ func (r *runner) check(ctx context.Context, a *collectives.Args, sh Shape, root 
 		if err := sp.CopyIn(dst, off, in); err != nil {
 			return 0, err
 		}
+	}
+	// PreMulSum: this rank's scalar, as the reference has it.
+	if a.Coll.Reduces() && a.Op == collectives.PreMulSum {
+		ca := *a
+		var err error
+		if ca.Scalar, err = check.PremulScalarOf(c, r.me); err != nil {
+			return 0, err
+		}
+		a = &ca
 	}
 	// Broadcast's non-root in-place input is its (poisoned) output.
 	if err := r.rk.Comm.Run(ctx, a); err != nil {

@@ -46,9 +46,6 @@ func goccl_call(gid C.uint64_t, kind C.int, send, recv C.uintptr_t, n C.size_t, 
 	}
 	defer h.mu.RUnlock()
 	cnt, code := count(fn, n)
-	if code == ncclSuccess && op == C.GOCCL_REDOP_NO_PREMULSUM {
-		code = invalidArg(fn, "op %#x is what a failed ncclRedOpCreatePreMulSum returned: goccl has no pre-multiplied sum", int(op))
-	}
 	if code != ncclSuccess {
 		if gid != 0 {
 			groupOf(gid).failed(code)

@@ -442,31 +442,19 @@ PALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t wi
 
 /* ---- custom operators ---- */
 
-/* A pre-multiplied sum needs a kernel that scales each rank's input on the
- * device before the sum; goccl's kernels have no such operator, and
- * scaling the caller's device buffer from the host is not possible. The
- * call fails rather than hand out an operator that would reduce wrongly,
- * and the operator it leaves makes every collective given it fail too. */
+/* Pre-multiplied sums: per-communicator op handles (redop.go). */
 EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t dt, ncclScalarResidence_t residence,
                                              ncclComm_t comm) {
-  (void)scalar;
-  (void)dt;
-  (void)residence;
   if (!op) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum", "op is NULL");
-  *op = (ncclRedOp_t)GOCCL_REDOP_NO_PREMULSUM;
-  if (!comm) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum", "comm is NULL");
-  return fail(ncclInvalidUsage, "ncclRedOpCreatePreMulSum",
-              "pre-multiplied sums are not supported by goccl's kernels; scale the input and use ncclSum, or use ncclAvg");
+  int out = 0;
+  ncclResult_t r = (ncclResult_t)goccl_redop_create((uintptr_t)comm, scalar, (int)dt, (int)residence, &out);
+  if (r == ncclSuccess) *op = (ncclRedOp_t)out;
+  return r;
 }
 PALIAS(ncclResult_t, ncclRedOpCreatePreMulSum, (ncclRedOp_t * op, void* scalar, ncclDataType_t dt, ncclScalarResidence_t residence, ncclComm_t comm))
 
 EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  (void)comm;
-  if ((int)op == GOCCL_REDOP_NO_PREMULSUM) return ncclSuccess; /* what a failed create left */
-  if ((int)op >= 0 && (int)op < ncclNumOps) {
-    return fail(ncclInvalidArgument, "ncclRedOpDestroy", "op %d is a built-in operator", (int)op);
-  }
-  return fail(ncclInvalidArgument, "ncclRedOpDestroy", "op %d was not created by ncclRedOpCreatePreMulSum", (int)op);
+  return (ncclResult_t)goccl_redop_destroy((uintptr_t)comm, (int)op);
 }
 PALIAS(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
 

@@ -25,11 +25,6 @@ enum {
   GOCCL_CALL_RECV = 9
 };
 
-/* The operator a failed ncclRedOpCreatePreMulSum leaves in *op: callers
- * that ignore the failure (PyTorch does) then get an error from the
- * collective instead of a plain sum in place of the pre-multiplied one. */
-#define GOCCL_REDOP_NO_PREMULSUM 0x7ffffff0
-
 /* What goccl_comm_query answers. */
 enum { GOCCL_QUERY_COUNT = 0, GOCCL_QUERY_DEVICE = 1, GOCCL_QUERY_RANK = 2 };
 

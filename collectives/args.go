@@ -10,12 +10,15 @@ import (
 // and AllGather (sendcount), and in each rank's output for ReduceScatter
 // (recvcount).
 type Args struct {
-	Coll   Collective
-	Send   uintptr // device (GPU backend) or host (host backend) address
-	Recv   uintptr
-	Count  int
-	Type   DataType
-	Op     Op // ignored by Broadcast and AllGather
+	Coll  Collective
+	Send  uintptr // device (GPU backend) or host (host backend) address
+	Recv  uintptr
+	Count int
+	Type  DataType
+	Op    Op // ignored by Broadcast and AllGather
+	// Scalar is PreMulSum's factor (ignored by every other op); ranks may
+	// pass different ones, as NCCL allows.
+	Scalar Scalar
 	Root   int
 	Stream uintptr // CUstream; ignored by the host backend
 	// Seq is the call's number on its communicator, counted alike on every
@@ -74,6 +77,9 @@ func (a *Args) Validate(rank, nranks int) error {
 	}
 	if a.Count < 0 {
 		return fmt.Errorf("%s: count %d: %w", a.Coll, a.Count, ErrInvalidCount)
+	}
+	if a.Coll.Reduces() && a.Op == PreMulSum && a.Scalar.Ptr%uintptr(a.Type.Size()) != 0 {
+		return fmt.Errorf("%s: scalar address %#x not aligned to %d bytes for %s: %w", a.Coll, a.Scalar.Ptr, a.Type.Size(), a.Type, ErrMisaligned)
 	}
 	if a.Coll.Rooted() && (a.Root < 0 || a.Root >= nranks) {
 		return fmt.Errorf("%s: root %d not in [0,%d): %w", a.Coll, a.Root, nranks, ErrInvalidRoot)

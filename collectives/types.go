@@ -10,26 +10,31 @@ import (
 type DataType int32
 
 const (
-	Int8         DataType = 0 // signed 8-bit integer
-	Uint8        DataType = 1 // unsigned 8-bit integer
-	Int32        DataType = 2 // signed 32-bit integer
-	Uint32       DataType = 3 // unsigned 32-bit integer
-	Int64        DataType = 4 // signed 64-bit integer
-	Uint64       DataType = 5 // unsigned 64-bit integer
-	Float16      DataType = 6 // IEEE 754 half precision
-	Float32      DataType = 7 // IEEE 754 single precision
-	Float64      DataType = 8 // IEEE 754 double precision
-	BFloat16     DataType = 9 // bfloat16: float32's exponent, 7-bit mantissa
-	numDataTypes          = 10
+	Int8         DataType = 0  // signed 8-bit integer
+	Uint8        DataType = 1  // unsigned 8-bit integer
+	Int32        DataType = 2  // signed 32-bit integer
+	Uint32       DataType = 3  // unsigned 32-bit integer
+	Int64        DataType = 4  // signed 64-bit integer
+	Uint64       DataType = 5  // unsigned 64-bit integer
+	Float16      DataType = 6  // IEEE 754 half precision
+	Float32      DataType = 7  // IEEE 754 single precision
+	Float64      DataType = 8  // IEEE 754 double precision
+	BFloat16     DataType = 9  // bfloat16: float32's exponent, 7-bit mantissa
+	Float8E4M3   DataType = 10 // 8-bit float, 4-bit exponent, 3-bit mantissa, no infinity (OCP E4M3)
+	Float8E5M2   DataType = 11 // 8-bit float, 5-bit exponent, 2-bit mantissa (OCP E5M2)
+	numDataTypes          = 12
 )
+
+// NumDataTypes sizes arrays indexed by DataType.
+const NumDataTypes = numDataTypes
 
 var dataTypeNames = [numDataTypes]string{
 	Int8: "int8", Uint8: "uint8", Int32: "int32", Uint32: "uint32",
 	Int64: "int64", Uint64: "uint64", Float16: "half", Float32: "float",
-	Float64: "double", BFloat16: "bfloat16",
+	Float64: "double", BFloat16: "bfloat16", Float8E4M3: "f8e4m3", Float8E5M2: "f8e5m2",
 }
 
-var dataTypeSizes = [numDataTypes]int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2}
+var dataTypeSizes = [numDataTypes]int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
 
 // AllDataTypes lists every supported type in enum order.
 func AllDataTypes() []DataType {
@@ -53,8 +58,13 @@ func (t DataType) Size() int {
 
 // IsFloat reports whether t is a floating-point type.
 func (t DataType) IsFloat() bool {
-	return t == Float16 || t == Float32 || t == Float64 || t == BFloat16
+	return t == Float16 || t == Float32 || t == Float64 || t == BFloat16 || t.IsFloat8()
 }
+
+// IsFloat8 reports whether t is one of the 8-bit float types, which are
+// reduced in float32 and rounded once, saturating to their largest finite
+// value as the GPU's conversions do.
+func (t DataType) IsFloat8() bool { return t == Float8E4M3 || t == Float8E5M2 }
 
 // String gives nccl-tests' spelling ("float", "half", "bfloat16", ...).
 func (t DataType) String() string {
@@ -88,6 +98,10 @@ func ParseDataType(s string) (DataType, error) {
 		return Float64, nil
 	case "bfloat16", "bf16":
 		return BFloat16, nil
+	case "f8e4m3", "float8e4m3", "fp8e4m3", "e4m3":
+		return Float8E4M3, nil
+	case "f8e5m2", "float8e5m2", "fp8e5m2", "e5m2":
+		return Float8E5M2, nil
 	}
 	return 0, fmt.Errorf("%w: %q", ErrUnknownDataType, s)
 }
@@ -96,23 +110,33 @@ func ParseDataType(s string) (DataType, error) {
 type Op int32
 
 const (
-	Sum    Op = 0 // element-wise sum
-	Prod   Op = 1 // element-wise product
-	Max    Op = 2 // element-wise maximum
-	Min    Op = 3 // element-wise minimum
-	Avg    Op = 4 // sum divided by the number of ranks
-	numOps    = 5
+	Sum  Op = 0 // element-wise sum
+	Prod Op = 1 // element-wise product
+	Max  Op = 2 // element-wise maximum
+	Min  Op = 3 // element-wise minimum
+	Avg  Op = 4 // sum divided by the number of ranks
+	// PreMulSum multiplies every input by Args.Scalar, then sums (NCCL's
+	// ncclRedOpCreatePreMulSum). The communicator's Go and C APIs hand out
+	// op handles that carry the scalar (comm.Comm.CreatePreMulSum); the
+	// backends see this value with the scalar in Args.
+	PreMulSum Op = 5
 )
 
-var opNames = [numOps]string{"sum", "prod", "max", "min", "avg"}
+const numOps = 6
 
-// AllOps lists every operator in enum order.
+// NumOps sizes arrays indexed by Op.
+const NumOps = numOps
+
+var opNames = [numOps]string{"sum", "prod", "max", "min", "avg", "mulsum"}
+
+// AllOps lists the operators that need no scalar, in enum order (every
+// one but PreMulSum).
 func AllOps() []Op { return []Op{Sum, Prod, Max, Min, Avg} }
 
 // Valid reports whether o is a supported operator.
 func (o Op) Valid() bool { return o >= 0 && o < numOps }
 
-// String gives nccl-tests' spelling ("sum", "prod", ...).
+// String gives nccl-tests' spelling ("sum", "prod", ..., "mulsum").
 func (o Op) String() string {
 	if !o.Valid() {
 		return fmt.Sprintf("Op(%d)", int32(o))
@@ -120,8 +144,12 @@ func (o Op) String() string {
 	return opNames[o]
 }
 
-// ParseOp accepts "sum", "prod", "max", "min", "avg".
+// ParseOp accepts "sum", "prod", "max", "min", "avg" and "mulsum" (or
+// "premulsum").
 func ParseOp(s string) (Op, error) {
+	if strings.EqualFold(s, "premulsum") {
+		return PreMulSum, nil
+	}
 	for i, n := range opNames {
 		if strings.EqualFold(s, n) {
 			return Op(i), nil

@@ -35,6 +35,9 @@ type Comm struct {
 
 	barrierWord uint64 // Barrier's one-element in-place AllReduce, on the heap with the Comm
 
+	opsMu sync.Mutex // guards ops
+	ops   []opEntry  // CreatePreMulSum's handles, by handle - firstOpHandle
+
 	groupMu sync.Mutex        // guards group
 	group   collectives.Group // reused by the one-call groups (Send, AllToAll, ...)
 
@@ -131,7 +134,10 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	}
 	a := &c.args
 	*a = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Root: root, Stream: stream, Seq: c.seq}
-	err := a.Validate(c.rank, c.size)
+	err := c.resolveOp(a)
+	if err == nil {
+		err = a.Validate(c.rank, c.size)
+	}
 	if c.check {
 		err = c.checkCall(ctx, a, err)
 	}

@@ -125,6 +125,9 @@ func (g *Group) coll(c *Comm, a collectives.Args) error {
 	if c == nil {
 		return g.record(fmt.Errorf("%s: %w: nil communicator", a.Coll, collectives.ErrInvalidArgument))
 	}
+	if err := c.resolveOp(&a); err != nil {
+		return g.record(fmt.Errorf("goccl: rank %d: %w", c.rank, err))
+	}
 	if err := a.Validate(c.rank, c.size); err != nil {
 		return g.record(fmt.Errorf("goccl: rank %d: %w", c.rank, err))
 	}

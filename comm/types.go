@@ -9,6 +9,7 @@ type (
 	Op           = collectives.Op           // reduction operator
 	Collective   = collectives.Collective   // operation
 	Registration = collectives.Registration // registered buffer
+	Scalar       = collectives.Scalar       // PreMulSum's factor
 )
 
 // Element types and reduction operators of the collectives package.
@@ -23,6 +24,9 @@ const (
 	Float32  = collectives.Float32  // IEEE 754 single precision
 	Float64  = collectives.Float64  // IEEE 754 double precision
 	BFloat16 = collectives.BFloat16 // bfloat16: float32's exponent, 7-bit mantissa
+	// Float8E4M3 and Float8E5M2 are the 8-bit floats (OCP E4M3, E5M2).
+	Float8E4M3 = collectives.Float8E4M3
+	Float8E5M2 = collectives.Float8E5M2 // 8-bit float, 5-bit exponent, 2-bit mantissa
 
 	Sum  = collectives.Sum  // element-wise sum
 	Prod = collectives.Prod // element-wise product

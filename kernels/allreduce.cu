@@ -82,6 +82,9 @@ __device__ __forceinline__ void reduce_stashed(char* out, const V16* stash, cons
 template <typename T, typename Op>
 __device__ void allreduce_oneshot(const Params& p) {
   Ctx c(p);
+  // PreMulSum pushes its products, its own into its own slot too (common.cuh).
+  constexpr bool pre = IsPreMul<Op>::value;
+  const typename Elem<T>::Acc scale = pre ? premul_scalar<T>(p) : typename Elem<T>::Acc();
   const u64 count = p.count;
   const u64 chunk = chunk_elems(p, count, sizeof(T));
   const u64 stride = chunk * gridDim.x;
@@ -96,18 +99,18 @@ __device__ void allreduce_oneshot(const Params& p) {
     int nd = 0;
     u64 bits = bytes | (u64)src | (u64)out;
     for (int r = 0; r < p.nranks; r++)
-      if (r != p.rank) {
+      if (r != p.rank || pre) {
         dst[nd] = c.stage(r, h, p.rank);
         bits |= (u64)dst[nd++];
       }
-    const bool stash = bytes <= stashBytes && (bits & 15) == 0;
+    const bool stash = !pre && bytes <= stashBytes && (bits & 15) == 0;
     if (stash)
       push_stash(dst, nd, src, bytes >> 4, dyn_smem());
     else
-      copy_multi(dst, nd, src, bytes);
+      push_multi<T, Op>(dst, nd, src, n, scale);
     if (!c.barrier()) return;
     const char* in[kMaxRanks];
-    for (int r = 0; r < p.nranks; r++) in[r] = r == p.rank ? src : c.stage(p.rank, h, r);
+    for (int r = 0; r < p.nranks; r++) in[r] = r == p.rank && !pre ? src : c.stage(p.rank, h, r);
     if (stash) {
       reduce_stashed<T, Op>(out, dyn_smem(), in, p.rank, p.nranks, bytes >> 4, p.nranks);
     } else {
@@ -126,6 +129,8 @@ __device__ void allreduce_oneshot(const Params& p) {
 template <typename T, typename Op>
 __device__ void allreduce_twoshot(const Params& p) {
   Ctx c(p);
+  constexpr bool pre = IsPreMul<Op>::value;  // see allreduce_oneshot
+  const typename Elem<T>::Acc scale = pre ? premul_scalar<T>(p) : typename Elem<T>::Acc();
   const u64 count = p.count;
   const int me = p.rank, nr = p.nranks;
   const u64 seg = round_up(ceil_div(count, nr), 16 / sizeof(T));
@@ -141,16 +146,16 @@ __device__ void allreduce_twoshot(const Params& p) {
     }
     const int h1 = c.next_half();
     for (int s = 0; s < nr; s++) {
-      if (s == me || len[s] == 0) continue;
+      if ((s == me && !pre) || len[s] == 0) continue;
       char* d[1] = {c.stage(s, h1, me)};
-      copy_multi(d, 1, (const char*)p.send + (s * seg + base) * sizeof(T), len[s] * sizeof(T));
+      push_multi<T, Op>(d, 1, (const char*)p.send + (s * seg + base) * sizeof(T), len[s], scale);
     }
     if (!c.barrier()) return;
     const int h2 = c.next_half();
     if (len[me] > 0) {
       const char* in[kMaxRanks];
       for (int r = 0; r < nr; r++)
-        in[r] = r == me ? (const char*)p.send + (me * seg + base) * sizeof(T) : c.stage(me, h1, r);
+        in[r] = r == me && !pre ? (const char*)p.send + (me * seg + base) * sizeof(T) : c.stage(me, h1, r);
       char* out[kMaxRanks];
       int no = 0;
       out[no++] = (char*)p.recv + (me * seg + base) * sizeof(T);

@@ -102,4 +102,4 @@ __device__ void cereduce(const Params& p) {
 
 }  // namespace goccl
 
-GOCCL_KERNELS(cereduce)
+GOCCL_KERNELS_BUILTIN(cereduce)  // no PreMulSum: copy engines cannot scale

@@ -14,9 +14,11 @@ typedef signed char i8;
 typedef int i32;
 typedef long long i64;
 
-// Raw 16-bit floating-point types; arithmetic happens in float32.
+// Raw 16- and 8-bit floating-point types; arithmetic happens in float32.
 struct f16 { u16 bits; };
 struct bf16 { u16 bits; };
+struct f8e4m3 { u8 bits; };  // OCP E4M3: bias 7, no infinity, 0x7f NaN, 448 the largest
+struct f8e5m2 { u8 bits; };  // OCP E5M2: bias 15, IEEE-like, 57344 the largest finite
 
 // Limits of the workspace layout; the Go side (collectives/gpu) uses the
 // same numbers. kMaxBlocks bounds a launch's grid through the signal area's
@@ -73,7 +75,7 @@ struct Params {
   u32 blockSlots;        // 168: staging slots per (half, source): the grid the staging was laid out for
   u32 shareBytes;        // 172: a block's share of a round is cut to a multiple of this (a power of 2, >= 16)
   u64 seq;               // 176: the call's number on the communicator (Args.Seq); 0: not checked
-  u64 reserved[6];       // 184: [0] the call's Stamp (host-mapped; 0: none); [1..5] see the kernels that use them
+  u64 reserved[6];       // 184: [0] the call's Stamp (host-mapped; 0: none); [1] (192) PreMulSum's scalar (see premul_scalar); [2..3] the fused group's descriptors (fused.cu)
   u64 slotBytes;         // 232: staging bytes per (half, source, block)
   i32 rank;              // 240
   i32 nranks;            // 244
@@ -116,6 +118,10 @@ GOCCL_PARAM_AT(ceDepth, 284)
 static_assert(sizeof(Params) == 288, "Params changed size: update collectives/gpu/params.go");
 
 constexpr u32 kFlagCEDirect = 2;  // cereduce.cu: the peer's chunks land in recv itself
+// PreMulSum: Params.reserved[1] is the address of the scalar (device
+// memory, read when the kernel runs) instead of the scalar's raw bits.
+constexpr u32 kFlagScalarDevice = 1u << 8;
+static_assert(__builtin_offsetof(Params, reserved) + 8 == 192, "PreMulSum's scalar moved: update collectives/gpu/params.go");
 
 // ---- memory access and synchronization primitives ------------------------------
 
@@ -189,6 +195,65 @@ template <> struct Elem<bf16> {
   __device__ __forceinline__ static Raw store(Acc a) { return f32_to_bf16(a); }
 };
 
+// The 8-bit floats, in plain integer code (no fp8 instructions on sm_80):
+// widening is exact; narrowing rounds to nearest even and saturates to the
+// largest finite value, infinities included, NaN staying NaN (the GPU's
+// satfinite conversions, which NCCL's fp8 reductions use). Both are written
+// without branches (every case computed, the right one selected): the
+// reduction loops unroll them 16 to a vector, and branchy code there made
+// the kernels several times slower to compile.
+__device__ __forceinline__ float f8e4m3_to_f32(u32 b) {
+  const u32 s = (b & 0x80) << 24, em = b & 0x7f;
+  const u32 sub = bitcast<u32>((float)em * (1.0f / 512));  // em * 2^-9: the subnormals (exact)
+  u32 bits = em >= 8 ? (em + (120u << 3)) << 20 : sub;     // rebias 7 -> 127
+  bits = em == 0x7f ? 0x7fc00000u : bits;
+  return bitcast<float>(s | bits);
+}
+__device__ __forceinline__ float f8e5m2_to_f32(u32 b) {
+  const u32 s = (b & 0x80) << 24, em = b & 0x7f;
+  const u32 sub = bitcast<u32>((float)em * (1.0f / 65536));  // em * 2^-16
+  u32 bits = em >= 4 ? (em + (112u << 2)) << 21 : sub;       // rebias 15 -> 127
+  bits = em == 0x7c ? 0x7f800000u : bits;                     // infinity
+  bits = em > 0x7c ? 0x7fc00000u : bits;                      // NaN
+  return bitcast<float>(s | bits);
+}
+// rne_shift is x >> s rounded to nearest, ties to even (1 <= s <= 31).
+__device__ __forceinline__ u32 rne_shift(u32 x, u32 s) {
+  const u32 q = x >> s, rem = x & ((1u << s) - 1), half = 1u << (s - 1);
+  return q + (rem > half || (rem == half && (q & 1)) ? 1u : 0u);
+}
+// f32_to_f8 narrows to M mantissa bits with exponent bias B; Top is the
+// largest finite magnitude's code.
+template <u32 M, u32 B, u32 Top>
+__device__ __forceinline__ u8 f32_to_f8(float f) {
+  const u32 u = bitcast<u32>(f), sign = (u >> 24) & 0x80, a = u & 0x7fffffffu;
+  // Normal: rebias in place and round the mantissa; a carry steps the
+  // exponent. (Computed for every input; used only where it applies.)
+  const u32 rn = rne_shift(a - ((127 - B) << 23), 23 - M);
+  // Below the smallest normal: count steps of 2^(1-B-M) in the float's
+  // significand (a float subnormal, e == 0, is far below half a step).
+  const int e = (int)(a >> 23), sh = 151 - (int)B - (int)M - e;
+  const u32 rs = e == 0 || sh > 25 ? 0u : rne_shift((a & 0x7fffffu) | 0x800000u, (u32)(sh < 1 ? 1 : sh));
+  u32 r = a < (128 - B) << 23 ? rs : rn;
+  r = r > Top ? Top : r;
+  r = a > 0x7f800000u ? 0x7fu : r;  // NaN
+  return (u8)(sign | r);
+}
+template <> struct Elem<f8e4m3> {
+  typedef float Acc;
+  typedef u8 Raw;
+  static constexpr bool kInt = false;
+  __device__ __forceinline__ static Acc load(Raw r) { return f8e4m3_to_f32(r); }
+  __device__ __forceinline__ static Raw store(Acc a) { return f32_to_f8<3, 7, 0x7e>(a); }
+};
+template <> struct Elem<f8e5m2> {
+  typedef float Acc;
+  typedef u8 Raw;
+  static constexpr bool kInt = false;
+  __device__ __forceinline__ static Acc load(Raw r) { return f8e5m2_to_f32(r); }
+  __device__ __forceinline__ static Raw store(Acc a) { return f32_to_f8<2, 15, 0x7b>(a); }
+};
+
 // ---- reduction operators -----------------------------------------------------
 
 // Integer sums and products wrap (computed in the unsigned type, as NCCL's
@@ -225,6 +290,32 @@ struct OpAvg {
   template <typename A> __device__ __forceinline__ static A apply(A a, A b) { return OpSum::apply(a, b); }
   template <typename A> __device__ __forceinline__ static A finish(A a, int n) { return (A)(a / (A)n); }
 };
+
+// PreMulSum (NCCL's): each rank multiplies its own input by its own scalar
+// (in the accumulation type, float32 for the narrow floats, the wrapping
+// product for integers), rounds the products to the element type and
+// pushes those; the products are then summed like any Sum. A rank's own
+// products go to its own staging slot (unused otherwise), which is the
+// reduction's input for that rank, so the reduction loops stay as they are.
+struct OpPreMulSum {
+  template <typename A> __device__ __forceinline__ static A apply(A a, A b) { return OpSum::apply(a, b); }
+  template <typename A> __device__ __forceinline__ static A finish(A a, int) { return a; }
+};
+template <typename Op> struct IsPreMul { static constexpr bool value = false; };
+template <> struct IsPreMul<OpPreMulSum> { static constexpr bool value = true; };
+
+// premul_scalar is this rank's PreMulSum scalar, widened: Params.reserved[1]
+// holds its raw bits, or its address under kFlagScalarDevice.
+template <typename T>
+__device__ __forceinline__ typename Elem<T>::Acc premul_scalar(const Params& p) {
+  typedef typename Elem<T>::Raw R;
+  const R r = (p.flags & kFlagScalarDevice) ? ldraw((const R*)p.reserved[1]) : (R)p.reserved[1];
+  return Elem<T>::load(r);
+}
+template <typename T>
+__device__ __forceinline__ typename Elem<T>::Raw premul_one(typename Elem<T>::Raw x, typename Elem<T>::Acc s) {
+  return Elem<T>::store(OpProd::apply(Elem<T>::load(x), s));
+}
 
 // ---- block-cooperative copy and reduce ---------------------------------------
 
@@ -284,6 +375,46 @@ __device__ __forceinline__ void copy_multi(char* const* dst, int ndst, const cha
 __device__ __forceinline__ void copy1(char* dst, const char* src, u64 n) {
   char* d[1] = {dst};
   copy_multi(d, 1, src, n);
+}
+
+// scale_multi writes src[i] * s (premul_one) to each of dst[0..ndst) for
+// n elements, with 16-byte accesses where every pointer allows.
+template <typename T>
+__device__ __forceinline__ void scale_multi(char* const* dst, int ndst, const char* src, u64 n,
+                                            typename Elem<T>::Acc s) {
+  typedef typename Elem<T>::Raw R;
+  constexpr int V = 16 / sizeof(T);
+  const u64 tid = threadIdx.x, nt = blockDim.x;
+  u64 bits = (u64)src;
+  for (int d = 0; d < ndst; d++) bits |= (u64)dst[d];
+  u64 done = 0;
+  if ((bits & 15) == 0) {
+    const u64 nv = n / V;
+    for (u64 i = tid; i < nv; i += nt) {
+      union U { V16 v; R r[V]; };
+      U x;
+      x.v = ld16(src + 16 * i);
+#pragma unroll
+      for (int j = 0; j < V; j++) x.r[j] = premul_one<T>(x.r[j], s);
+      for (int d = 0; d < ndst; d++) st16(dst[d] + 16 * i, x.v);
+    }
+    done = nv * V;
+  }
+  for (u64 i = done + tid; i < n; i += nt) {
+    const R r = premul_one<T>(ldraw((const R*)src + i), s);
+    for (int d = 0; d < ndst; d++) straw((R*)dst[d] + i, r);
+  }
+}
+
+// push_multi is the push of a rank's own elements to staging: a copy, or
+// for PreMulSum the scaled copy.
+template <typename T, typename Op>
+__device__ __forceinline__ void push_multi(char* const* dst, int ndst, const char* src, u64 n,
+                                           typename Elem<T>::Acc s) {
+  if (IsPreMul<Op>::value)
+    scale_multi<T>(dst, ndst, src, n, s);
+  else
+    copy_multi(dst, ndst, src, n * sizeof(T));
 }
 
 // reduce_vec combines the 16-byte vectors v[0..nin) element by element, in
@@ -538,7 +669,8 @@ __device__ __forceinline__ u64 chunk_elems(const Params& p, u64 total, u64 elem)
   X(__VA_ARGS__, i32, goccl::i32) X(__VA_ARGS__, u32, goccl::u32)               \
   X(__VA_ARGS__, i64, goccl::i64) X(__VA_ARGS__, u64, goccl::u64)               \
   X(__VA_ARGS__, f16, goccl::f16) X(__VA_ARGS__, bf16, goccl::bf16)             \
-  X(__VA_ARGS__, f32, float) X(__VA_ARGS__, f64, double)
+  X(__VA_ARGS__, f32, float) X(__VA_ARGS__, f64, double)                       \
+  X(__VA_ARGS__, f8e4m3, goccl::f8e4m3) X(__VA_ARGS__, f8e5m2, goccl::f8e5m2)
 
 // GOCCL_KERNEL defines the exported kernel goccl_<fn>_<tname>_<opname>,
 // which runs goccl::fn<T, Op>. Its first act is grid_dep_sync (prims.cuh):
@@ -555,6 +687,15 @@ __device__ __forceinline__ u64 chunk_elems(const Params& p, u64 total, u64 elem)
   }
 // GOCCL_KERNELS defines goccl_<fn>_<type>_<op> for every type and op.
 #define GOCCL_KERNELS(fn)                        \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, sum, OpSum)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, prod, OpProd)    \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, min, OpMin)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, max, OpMax)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, avg, OpAvg)      \
+  GOCCL_TYPES(GOCCL_KERNEL, fn, premulsum, OpPreMulSum)
+// GOCCL_KERNELS_BUILTIN leaves PreMulSum out, for a family whose inputs
+// move by copy engine and so cannot be scaled on the way.
+#define GOCCL_KERNELS_BUILTIN(fn)                \
   GOCCL_TYPES(GOCCL_KERNEL, fn, sum, OpSum)      \
   GOCCL_TYPES(GOCCL_KERNEL, fn, prod, OpProd)    \
   GOCCL_TYPES(GOCCL_KERNEL, fn, min, OpMin)      \

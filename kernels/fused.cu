@@ -72,4 +72,4 @@ __device__ void fused_allreduce_ll(const Params& p) {
 
 }  // namespace goccl
 
-GOCCL_KERNELS(fused_allreduce_ll)
+GOCCL_KERNELS_BUILTIN(fused_allreduce_ll)  // PreMulSum never fuses: its scalar is per call

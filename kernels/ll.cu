@@ -59,6 +59,18 @@ __device__ bool allreduce_ll(const Params& p, u32 nblocks = 0) {
   typedef typename E::Raw R;
   constexpr int V = 8 / sizeof(T);
   const int me = p.rank, nr = p.nranks;
+  // PreMulSum: every rank pushes its products and reads its own the same way.
+  constexpr bool pre = IsPreMul<Op>::value;
+  const A scale = pre ? premul_scalar<T>(p) : A();
+  union W { u64 u; R r[V]; };
+  auto premul8 = [&](u64 v) -> u64 {
+    if (!pre) return v;
+    W w;
+    w.u = v;
+#pragma unroll
+    for (int j = 0; j < V; j++) w.r[j] = premul_one<T>(w.r[j], scale);
+    return w.u;
+  };
   const u64 bytes = p.count * sizeof(T);
   const u64 per = round_up(ceil_div(bytes, nblocks ? nblocks : gridDim.x), 8);
   const u64 lo = per * blockIdx.x;
@@ -81,7 +93,7 @@ __device__ bool allreduce_ll(const Params& p, u32 nblocks = 0) {
   }
   // Each thread writes, then reads, its own lines: no block barrier.
   for (u64 i = threadIdx.x; i < lines; i += blockDim.x) {
-    const u64 v = load_tail(send + 8 * i, min64(8, n - 8 * i));
+    const u64 v = premul8(load_tail(send + 8 * i, min64(8, n - 8 * i)));
     V16 line = {(u32)v, e, (u32)(v >> 32), e};
     for (int r = 0; r < nr; r++)
       if (r != me) st_volatile16(slot(r, me) + 16 * i, line);
@@ -98,7 +110,7 @@ __device__ bool allreduce_ll(const Params& p, u32 nblocks = 0) {
     auto fetch = [&](int r) -> U {
       U x;
       if (r == me) {
-        x.u = load_tail(send + 8 * i, len);
+        x.u = premul8(load_tail(send + 8 * i, len));
         return x;
       }
       const char* l = slot(me, r) + 16 * i;

@@ -10,6 +10,8 @@ namespace goccl {
 template <typename T, typename Op>
 __device__ void reduce_oneshot(const Params& p) {
   Ctx c(p);
+  constexpr bool pre = IsPreMul<Op>::value;  // see allreduce_oneshot
+  const typename Elem<T>::Acc scale = pre ? premul_scalar<T>(p) : typename Elem<T>::Acc();
   const u64 count = p.count;
   const int me = p.rank, root = p.root;
   const u64 chunk = chunk_elems(p, count, sizeof(T));
@@ -18,11 +20,14 @@ __device__ void reduce_oneshot(const Params& p) {
     const u64 n = min64(chunk, count - base);
     const int h = c.next_half();
     const char* src = (const char*)p.send + base * sizeof(T);
-    if (me != root) copy1(c.stage(root, h, me), src, n * sizeof(T));
+    if (me != root || pre) {
+      char* d[1] = {c.stage(root, h, me)};
+      push_multi<T, Op>(d, 1, src, n, scale);
+    }
     if (!c.barrier()) return;
     if (me == root) {
       const char* in[kMaxRanks];
-      for (int r = 0; r < p.nranks; r++) in[r] = r == me ? src : c.stage(me, h, r);
+      for (int r = 0; r < p.nranks; r++) in[r] = r == me && !pre ? src : c.stage(me, h, r);
       char* out[1] = {(char*)p.recv + base * sizeof(T)};
       reduce_multi<T, Op>(out, 1, in, p.nranks, n, p.nranks);
     }
@@ -36,6 +41,8 @@ __device__ void reduce_oneshot(const Params& p) {
 template <typename T, typename Op>
 __device__ void reducescatter_oneshot(const Params& p) {
   Ctx c(p);
+  constexpr bool pre = IsPreMul<Op>::value;  // see allreduce_oneshot
+  const typename Elem<T>::Acc scale = pre ? premul_scalar<T>(p) : typename Elem<T>::Acc();
   const u64 count = p.count;
   const int me = p.rank, nr = p.nranks;
   const u64 chunk = chunk_elems(p, count, sizeof(T));
@@ -44,13 +51,14 @@ __device__ void reducescatter_oneshot(const Params& p) {
     const u64 n = min64(chunk, count - base);
     const int h = c.next_half();
     for (int s = 0; s < nr; s++) {
-      if (s == me) continue;
-      copy1(c.stage(s, h, me), (const char*)p.send + (s * count + base) * sizeof(T), n * sizeof(T));
+      if (s == me && !pre) continue;
+      char* d[1] = {c.stage(s, h, me)};
+      push_multi<T, Op>(d, 1, (const char*)p.send + (s * count + base) * sizeof(T), n, scale);
     }
     if (!c.barrier()) return;
     const char* in[kMaxRanks];
     for (int r = 0; r < nr; r++)
-      in[r] = r == me ? (const char*)p.send + (me * count + base) * sizeof(T) : c.stage(me, h, r);
+      in[r] = r == me && !pre ? (const char*)p.send + (me * count + base) * sizeof(T) : c.stage(me, h, r);
     char* out[1] = {(char*)p.recv + base * sizeof(T)};
     reduce_multi<T, Op>(out, 1, in, nr, n, nr);
   }

@@ -87,7 +87,8 @@ func parseState(s string) State {
 
 // typeNames spells types as Go does (float32, not nccl-tests' float): the
 // records are read by people debugging Go programs.
-var typeNames = [...]string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16"}
+var typeNames = [...]string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+	"float8e4m3", "float8e5m2"}
 
 func typeName(t collectives.DataType) string {
 	if t >= 0 && int(t) < len(typeNames) {

@@ -31,11 +31,11 @@ type confCase struct {
 // × dtype × op, and every point-to-point call × dtype, runs at every rank
 // count. At the big count the rank counts
 // up to 4 run a spread of dtypes (1, 2 and 8 bytes, integer and float,
-// both half types) with every op; 8 ranks on CI's 2 cores run two dtypes
+// both half and both 8-bit float types) with every op; 8 ranks on CI's 2 cores run two dtypes
 // and two ops, which still cover the chunked paths of every collective.
 func conformanceCases(short bool) []confCase {
 	small := []string{"--counts", fmt.Sprintf("0,1,%d", primeCount)}
-	bigMid := []string{"--counts", strconv.Itoa(bigCount), "--types", "float32,float16,bfloat16,int64,uint8"}
+	bigMid := []string{"--counts", strconv.Itoa(bigCount), "--types", "float32,float16,bfloat16,int64,uint8,f8e4m3,f8e5m2"}
 	bigWide := []string{"--counts", strconv.Itoa(bigCount), "--types", "float32,bfloat16", "--ops", "sum,max"}
 	// The point-to-point calls run in both (per-peer counts); this adds the
 	// counts 7 and 4095 for every dtype, without the collectives.

@@ -39,7 +39,7 @@ func TestConformanceAcrossNodes(t *testing.T) {
 	conf := bin(t, "./tests/conformance")
 	small := []string{"--counts", fmt.Sprintf("0,1,%d", primeCount)}
 	p2p := []string{"--colls", "none", "--counts", "7,4095"}
-	big := []string{"--counts", strconv.Itoa(bigCount), "--types", "int32,float32,bfloat16", "--ops", "sum,avg"}
+	big := []string{"--counts", strconv.Itoa(bigCount), "--types", "int32,float32,bfloat16", "--ops", "sum,avg,mulsum"}
 	cases := []struct {
 		name  string
 		nodes int

@@ -163,6 +163,9 @@ func (a Adapter) Bootstrap() transport.Bootstrap { return a.C.Bootstrap() }
 // Run dispatches to the collective's method.
 func (a Adapter) Run(ctx context.Context, x *collectives.Args) error {
 	c := a.C
+	if x.Coll.Reduces() && x.Op == collectives.PreMulSum {
+		return a.runPreMulSum(ctx, x)
+	}
 	switch x.Coll {
 	case collectives.AllReduce:
 		return c.AllReduce(ctx, x.Send, x.Recv, x.Count, x.Type, x.Op, x.Stream)
@@ -176,6 +179,19 @@ func (a Adapter) Run(ctx context.Context, x *collectives.Args) error {
 		return c.ReduceScatter(ctx, x.Send, x.Recv, x.Count, x.Type, x.Op, x.Stream)
 	}
 	return fmt.Errorf("%w: %v", collectives.ErrUnknownCollective, x.Coll)
+}
+
+// runPreMulSum runs a call that carries its scalar in Args through an op
+// handle made for it (the communicator's API binds the scalar to a handle).
+func (a Adapter) runPreMulSum(ctx context.Context, x *collectives.Args) error {
+	op, err := a.C.CreatePreMulSum(x.Scalar, x.Type)
+	if err != nil {
+		return err
+	}
+	y := *x
+	y.Op = op
+	err = a.Run(ctx, &y)
+	return errors.Join(err, a.C.DestroyOp(op))
 }
 
 // Register registers existing memory; release deregisters it.

@@ -137,10 +137,10 @@ func TestRunPacksParamsAndPicksKernel(t *testing.T) {
 
 func TestEveryKernelLookedUpOnce(t *testing.T) {
 	_, drvs, _ := newFakeBackends(t, 1, Config{})
-	// 6 reducing families x 10 types x 5 ops + 2 copy kernels + the
-	// point-to-point kernel + the fused AllReduces (10 types x 5 ops) +
-	// the one-shot AllToAll.
-	assert.Len(t, drvs[0].names, 6*10*5+3+10*5+1)
+	// 6 reducing families x 12 types x 6 ops + 2 copy kernels + the
+	// point-to-point kernel + the fused AllReduces (12 types x the 5 ops
+	// without a scalar) + the one-shot AllToAll.
+	assert.Len(t, drvs[0].names, 6*12*6+3+12*5+1)
 	seen := map[string]bool{}
 	for _, n := range drvs[0].names {
 		assert.False(t, seen[n], "looked up twice: %s", n)

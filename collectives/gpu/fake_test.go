@@ -16,6 +16,7 @@ import (
 // backend must not use are left to the embedded nil interface (a call
 // panics, failing the test).
 type fakeDriver struct {
+	missing func(name string) bool // kernels the fake fatbin lacks
 	cuda.Driver
 	mu       sync.Mutex
 	names    map[cuda.Function]string
@@ -303,6 +304,9 @@ func (f *fakeDriver) ModuleGetFunction(_ cuda.Context, _ cuda.Module, name strin
 	defer f.mu.Unlock()
 	if f.noFunc != "" && strings.HasPrefix(name, f.noFunc) {
 		return 0, errFake
+	}
+	if f.missing != nil && f.missing(name) {
+		return 0, errors.New("fake: no kernel " + name)
 	}
 	fn := cuda.Function(len(f.names) + 1)
 	f.names[fn] = name

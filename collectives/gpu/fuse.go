@@ -115,6 +115,9 @@ func (be *Backend) setupFuse() error {
 	st := &be.fuse
 	for dt := range numTypes {
 		for op := range numOps {
+			if collectives.Op(op) == collectives.PreMulSum {
+				continue // never fused (fusable), so never built
+			}
 			name := "goccl_fused_allreduce_ll_" + typeNames[dt] + "_" + opNames[op]
 			fn, err := be.drv.ModuleGetFunction(be.ctx, be.module, name)
 			if err != nil {

@@ -1,6 +1,10 @@
 package gpu
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/goccl/goccl/collectives"
+)
 
 // Workspace and launch constants shared with kernels/common.cuh.
 const (
@@ -38,6 +42,7 @@ const (
 	offShareBytes  = 172
 	offSeq         = 176
 	offStamp       = 184 // reserved[0]: the call's Stamp (stamps.go)
+	offScalar      = 192 // reserved[1]: PreMulSum's scalar, or its address
 	offSlotBytes   = 232
 	offRank        = 240
 	offNRanks      = 244
@@ -98,7 +103,21 @@ func (p *params) setCall(send, recv uintptr, count uint64, root int, elemSize in
 }
 
 // Launch flags (Params.flags).
-const flagCEDirect = 2 // kFlagCEDirect: the peer's chunks land in recv itself
+const (
+	flagCEDirect     = 2      // kFlagCEDirect: the peer's chunks land in recv itself
+	flagScalarDevice = 1 << 8 // kFlagScalarDevice: offScalar holds the scalar's device address
+)
+
+// setScalar writes a PreMulSum's scalar: its raw bits, or the address the
+// kernel reads it from when it runs. Call after setCall.
+func (p *params) setScalar(s collectives.Scalar) {
+	if s.Ptr != 0 {
+		p.u64(offScalar, uint64(s.Ptr))
+		p.u32(offFlags, binary.LittleEndian.Uint32(p[offFlags:])|flagScalarDevice)
+		return
+	}
+	p.u64(offScalar, s.Bits)
+}
 
 // setCE writes the copy-engine reduction's fields (cereduce.cu): chunks
 // per launch, elements per chunk, chunk 0's flag value, staging depth, and

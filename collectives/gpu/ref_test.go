@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/fp8"
 	"github.com/goccl/goccl/internal/half"
 )
 
@@ -52,6 +53,10 @@ func getFloat(t collectives.DataType, b []byte, i int) float64 {
 		return float64(half.BFloat16ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
 	case collectives.Float32:
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+	case collectives.Float8E4M3:
+		return float64(fp8.E4M3ToFloat32(b[i]))
+	case collectives.Float8E5M2:
+		return float64(fp8.E5M2ToFloat32(b[i]))
 	default:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
 	}
@@ -65,6 +70,10 @@ func putFloat(t collectives.DataType, b []byte, i int, v float64) {
 		binary.LittleEndian.PutUint16(b[2*i:], half.Float32ToBFloat16(float32(v)))
 	case collectives.Float32:
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+	case collectives.Float8E4M3:
+		b[i] = fp8.Float32ToE4M3(float32(v))
+	case collectives.Float8E5M2:
+		b[i] = fp8.Float32ToE5M2(float32(v))
 	default:
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
 	}
@@ -160,6 +169,10 @@ func tolerance(t collectives.DataType, nranks int) float64 {
 		return 1.6e-2 * float64(nranks)
 	case collectives.Float32:
 		return 1e-6 * float64(nranks)
+	case collectives.Float8E4M3: // one rounding of an exact float32 result: half of 2^-3
+		return 1.0/16 + 1e-6
+	case collectives.Float8E5M2: // half of 2^-2
+		return 1.0/8 + 1e-6
 	}
 	return 1e-13 * float64(nranks)
 }

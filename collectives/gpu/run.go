@@ -32,7 +32,11 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	}
 	// The choice is the same on every rank: Choose is pure, and so are
 	// the registration lookup and the plan behind a copy-engine choice.
-	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, be.ce.ok)
+	// PreMulSum never goes to the copy engines: they cannot scale what they
+	// move; nor does a reduction whose copy-engine kernel the fatbin lacks.
+	premul := a.Coll.Reduces() && a.Op == collectives.PreMulSum
+	ceOK := be.ce.ok && !(a.Coll.Reduces() && (premul || be.fns.get(famCEReduce, a.Type, a.Op) == 0))
+	algo := be.tune.th.Choose(a.Coll, bytes, be.nranks, be.forced, ceOK)
 	be.last = collectives.Path{Algo: algo, Transport: be.transport}
 	if algo == collectives.CopyEngine {
 		if taken, err := be.tryCE(a, bytes); taken {
@@ -59,15 +63,22 @@ func (be *Backend) Run(ctx context.Context, a *collectives.Args) error {
 	grid := be.tune.shape(f, work)
 
 	fn := be.fns.get(f, a.Type, a.Op)
+	if fn == 0 {
+		return fmt.Errorf("gpu backend: %s of %s with op %s: the loaded fatbin has no kernel %s (rebuild the kernels): %w",
+			a.Coll, a.Type, a.Op, kernelName(f, a.Type, a.Op), collectives.ErrNotSupported)
+	}
 	be.prm.setCall(a.Send, a.Recv, uint64(a.Count), a.Root, size, a.Seq)
 	be.prm.u64(offStamp, be.stamps.slot(a.Seq))
+	if premul {
+		be.prm.setScalar(a.Scalar)
+	}
 	cfg := cuda.LaunchConfig{
 		Grid:         cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
 		Block:        cuda.Dim3{X: uint32(be.tune.threads), Y: 1, Z: 1},
 		Stream:       cuda.Stream(a.Stream),
 		Programmatic: be.pdl,
 	}
-	if f == famAllReduceOneShot {
+	if f == famAllReduceOneShot && !premul { // (PreMulSum pushes its products: no stash)
 		cfg.SharedMem = be.tune.stashFor(uint64(a.Count), int64(size), grid)
 	}
 	if err := be.drv.LaunchKernel(be.ctx, fn, cfg, be.prm[:]); err != nil {

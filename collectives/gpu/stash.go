@@ -38,6 +38,9 @@ func (be *Backend) setupStash() error {
 	for dt := range numTypes {
 		for op := range numOps {
 			fn := be.fns.get(famAllReduceOneShot, collectives.DataType(dt), collectives.Op(op))
+			if fn == 0 { // an optional kernel the fatbin lacks
+				continue
+			}
 			if err := be.drv.FuncSetMaxDynamicSharedMem(be.ctx, fn, int(be.tune.stash)); err != nil {
 				return fmt.Errorf("gpu backend: %d bytes of shared memory for %s: %w", be.tune.stash,
 					kernelName(famAllReduceOneShot, collectives.DataType(dt), collectives.Op(op)), err)

@@ -38,13 +38,21 @@ var (
 		collectives.Int8: "i8", collectives.Uint8: "u8", collectives.Int32: "i32",
 		collectives.Uint32: "u32", collectives.Int64: "i64", collectives.Uint64: "u64",
 		collectives.Float16: "f16", collectives.Float32: "f32", collectives.Float64: "f64",
-		collectives.BFloat16: "bf16",
+		collectives.BFloat16: "bf16", collectives.Float8E4M3: "f8e4m3", collectives.Float8E5M2: "f8e5m2",
 	}
 	opNames = [...]string{
 		collectives.Sum: "sum", collectives.Prod: "prod", collectives.Max: "max",
-		collectives.Min: "min", collectives.Avg: "avg",
+		collectives.Min: "min", collectives.Avg: "avg", collectives.PreMulSum: "premulsum",
 	}
 )
+
+// optionalKernel reports whether a kernel may be missing from the fatbin:
+// the 8-bit float and PreMulSum kernels (a fatbin built before them has
+// none; the copy-engine family never has PreMulSum). A call that needs a
+// missing one fails with ErrNotSupported instead of the whole backend.
+func optionalKernel(f family, t collectives.DataType, op collectives.Op) bool {
+	return f.reduces() && (t.IsFloat8() || op == collectives.PreMulSum)
+}
 
 const (
 	numTypes = len(typeNames)
@@ -104,6 +112,9 @@ func (t *funcTable) load(drv cuda.Driver, ctx cuda.Context, mod cuda.Module) err
 			for op := 0; op < no; op++ {
 				name := kernelName(f, collectives.DataType(dt), collectives.Op(op))
 				fn, err := drv.ModuleGetFunction(ctx, mod, name)
+				if err != nil && optionalKernel(f, collectives.DataType(dt), collectives.Op(op)) {
+					continue
+				}
 				if err != nil {
 					return fmt.Errorf("gpu: kernel %s: %w", name, err)
 				}

@@ -152,6 +152,7 @@ func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
 		return nil
 	}
 	b.last = collectives.Path{Transport: "shm"}
+	a = scaledArgs(&b.sc.mul, a, b.n)
 	if b.n == 1 {
 		b.single(a)
 		return nil

@@ -47,10 +47,11 @@ func (m *multi) run(ctx context.Context, a *collectives.Args) error {
 	if a.Count == 0 {
 		return nil
 	}
+	a = scaledArgs(&m.sc.mul, a, m.n) // PreMulSum: a Sum of this rank's scaled input
 	m.calls++
 	// Averages and half types reduce once, over every rank's input, as on
 	// one node: exact integer averages, one rounding of halves.
-	once := a.Coll.Reduces() && (a.Op == collectives.Avg || isHalf(a.Type))
+	once := a.Coll.Reduces() && (a.Op == collectives.Avg || isHalf(a.Type) || a.Type.IsFloat8())
 	hier := m.equal && !once
 	if !hier && !m.flatLogged && a.Coll != collectives.Broadcast && a.Coll != collectives.Reduce {
 		m.flatLogged = true

@@ -19,6 +19,7 @@ type scratch struct {
 	fa, fb [blk]float32
 	w      [blk]uint64
 	ptrs   []uintptr // the vector kernels' source addresses
+	mul    premul    // PreMulSum's scalar (reduce_premul.go)
 }
 
 type native interface {
@@ -28,7 +29,7 @@ type native interface {
 // scalarKernels are the Go kernels, the reference of the vector ones;
 // kernels are what runs: the vector kernels of the widest instruction set
 // this CPU has, falling back to the Go ones for small calls.
-var scalarKernels, kernels [10][5]reduceFunc
+var scalarKernels, kernels [collectives.NumDataTypes][collectives.NumOps]reduceFunc
 
 func init() {
 	setNative[int8](collectives.Int8)
@@ -51,12 +52,14 @@ func init() {
 	kernels[collectives.Uint8][collectives.Sum] = kernels[collectives.Int8][collectives.Sum]
 	setHalf(collectives.Float16, widenF16, narrowF16)
 	setHalf(collectives.BFloat16, widenBF16, narrowBF16)
+	setFP8(collectives.Float8E4M3)
+	setFP8(collectives.Float8E5M2)
 	scalarKernels = kernels
 	kernels = kernelsFor(bestISA())
 }
 
 // kernelsFor is the kernel table of one instruction set.
-func kernelsFor(isa int) (k [10][5]reduceFunc) {
+func kernelsFor(isa int) (k [collectives.NumDataTypes][collectives.NumOps]reduceFunc) {
 	for t := range scalarKernels {
 		for op, f := range scalarKernels[t] {
 			if f != nil {

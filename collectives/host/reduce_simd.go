@@ -59,14 +59,15 @@ func isaName(isa int) string {
 
 // vecKernels maps (type, op) to a vector kernel, -1 where the Go kernel
 // stays (the 8- and 32-bit averages, which sum in 64 bits).
-var vecKernels = func() (k [10][5]int) {
+var vecKernels = func() (k [collectives.NumDataTypes][collectives.NumOps]int) {
 	for t := range k {
 		for o := range k[t] {
 			k[t][o] = -1
 		}
 	}
 	set := func(t collectives.DataType, sum, prod, mn, mx, avg int) {
-		k[t] = [5]int{collectives.Sum: sum, collectives.Prod: prod, collectives.Min: mn, collectives.Max: mx, collectives.Avg: avg}
+		k[t] = [collectives.NumOps]int{collectives.Sum: sum, collectives.Prod: prod, collectives.Min: mn, collectives.Max: mx, collectives.Avg: avg,
+			collectives.PreMulSum: -1}
 	}
 	set(collectives.Int8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_I8_MIN, C.GR_I8_MAX, -1)
 	set(collectives.Uint8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_U8_MIN, C.GR_U8_MAX, -1)

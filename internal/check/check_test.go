@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/fp8"
 	"github.com/goccl/goccl/internal/half"
 )
 
@@ -90,6 +91,24 @@ func expectNative(t *testing.T, c Case, rank int, inputs [][]byte) []byte {
 		expectTyped[float32](c, rank, wide, wout)
 		for i, f := range asSlice[float32](wout) {
 			binary.LittleEndian.PutUint16(out[2*i:], fromF(f))
+		}
+	case collectives.Float8E4M3, collectives.Float8E5M2:
+		toF, fromF := fp8.E4M3ToFloat32, fp8.Float32ToE4M3
+		if c.Type == collectives.Float8E5M2 {
+			toF, fromF = fp8.E5M2ToFloat32, fp8.Float32ToE5M2
+		}
+		wide := make([][]byte, len(inputs))
+		for r, in := range inputs {
+			wide[r] = make([]byte, len(in)*4)
+			w := asSlice[float32](wide[r])
+			for i := range w {
+				w[i] = toF(in[i])
+			}
+		}
+		wout := make([]byte, len(out)*4)
+		expectTyped[float32](c, rank, wide, wout)
+		for i, f := range asSlice[float32](wout) {
+			out[i] = fromF(f)
 		}
 	default:
 		t.Fatalf("type %v", c.Type)
@@ -301,7 +320,7 @@ func TestHandComputed(t *testing.T) {
 func TestInputDomains(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 8} {
 		for _, dt := range collectives.AllDataTypes() {
-			for _, op := range collectives.AllOps() {
+			for _, op := range append(collectives.AllOps(), collectives.PreMulSum) {
 				c := Case{Coll: collectives.AllReduce, Type: dt, Op: op, NRanks: n, Count: 4096, Seed: 42}
 				name := fmt.Sprintf("%v/%v/%d", dt, op, n)
 				in := inputs(t, c)
@@ -322,6 +341,10 @@ func TestInputDomains(t *testing.T) {
 								f = float64(half.BFloat16ToFloat32(binary.LittleEndian.Uint16(e)))
 							case collectives.Float32:
 								f = float64(math.Float32frombits(binary.LittleEndian.Uint32(e)))
+							case collectives.Float8E4M3:
+								f = float64(fp8.E4M3ToFloat32(e[0]))
+							case collectives.Float8E5M2:
+								f = float64(fp8.E5M2ToFloat32(e[0]))
 							default:
 								f = math.Float64frombits(binary.LittleEndian.Uint64(e))
 							}

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/fp8"
 	"github.com/goccl/goccl/internal/half"
 )
 
@@ -135,6 +136,10 @@ func floatStep(t collectives.DataType) float64 {
 		return 1.0 / 32
 	case collectives.Float32:
 		return 1.0 / (1 << 21)
+	case collectives.Float8E4M3: // every multiple of 1/8 below 2 is exact
+		return 1.0 / 8
+	case collectives.Float8E5M2:
+		return 1.0 / 4
 	}
 	return 1.0 / (1 << 50)
 }
@@ -179,6 +184,8 @@ func domainOf(t collectives.DataType, op collectives.Op, reduces bool, n int) do
 		switch op {
 		case collectives.Sum, collectives.Avg:
 			m /= uint64(n)
+		case collectives.PreMulSum:
+			m /= uint64(n) * premulMax
 		case collectives.Prod:
 			m = rootN(m, n)
 		}
@@ -188,6 +195,8 @@ func domainOf(t collectives.DataType, op collectives.Op, reduces bool, n int) do
 		switch op {
 		case collectives.Sum, collectives.Avg:
 			m /= uint64(n)
+		case collectives.PreMulSum:
+			m /= uint64(n) * premulMax
 		case collectives.Prod:
 			return domain{kind: kindUnsigned, lo: 1, span: m/2 + 1, mult: 2}
 		}
@@ -266,6 +275,14 @@ func (g *gen) encode(t collectives.DataType, rank, first int, dst []byte) {
 	case collectives.Float64:
 		for i := 0; i < n; i++ {
 			le.PutUint64(dst[8*i:], math.Float64bits(d.float(g.word(rank, first+i))))
+		}
+	case collectives.Float8E4M3:
+		for i := 0; i < n; i++ {
+			dst[i] = fp8.Float32ToE4M3(float32(d.float(g.word(rank, first+i))))
+		}
+	case collectives.Float8E5M2:
+		for i := 0; i < n; i++ {
+			dst[i] = fp8.Float32ToE5M2(float32(d.float(g.word(rank, first+i))))
 		}
 	}
 }

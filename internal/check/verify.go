@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/fp8"
 	"github.com/goccl/goccl/internal/half"
 )
 
@@ -67,7 +68,7 @@ func Verify(c Case, rank int, got []byte) (Result, error) {
 	if want := c.OutputCount(rank) * c.Type.Size(); len(got) != want {
 		return Result{}, errBadLen("output", len(got), want)
 	}
-	v := &verifier{c: c, g: newGen(c), tolK: tolFactor(c.Type, c.NRanks), eps: epsilon(c.Type)}
+	v := &verifier{c: c, g: newGen(c), tolK: tolFactor(c.Type, c.NRanks), eps: epsilon(c.Type), floor: floorTol(c.Type, c.NRanks)}
 	res := Result{Checked: c.OutputCount(rank)}
 	var mu sync.Mutex
 	for _, s := range c.segments(rank) {
@@ -106,10 +107,11 @@ var scratchPool = sync.Pool{New: func() any {
 }}
 
 type verifier struct {
-	c    Case
-	g    *gen
-	tolK float64
-	eps  float64
+	c     Case
+	g     *gen
+	tolK  float64
+	eps   float64
+	floor float64 // absolute error allowed besides (subnormal roundings)
 }
 
 // chunk checks output elements [s.out+first, s.out+first+n).
@@ -160,15 +162,13 @@ func (v *verifier) compareTol(ref, mag, got []float64, out int) (int, []Mismatch
 	var mm []Mismatch
 	k, eps, n := v.tolK, v.eps, float64(v.c.NRanks)
 	op := v.c.Op
+	fp8 := v.c.Type.IsFloat8()
 	for i := range ref {
-		var tol float64
-		switch op {
-		case collectives.Prod:
-			tol = k * math.Abs(ref[i])
-		case collectives.Avg:
-			tol = k*mag[i]/n + eps*math.Abs(ref[i])
-		default:
-			tol = k * mag[i]
+		tol := v.floor
+		if fp8 {
+			tol += fp8Tol(op, eps/2, ref[i], mag[i], v.c.NRanks)
+		} else {
+			tol += otherTol(op, k, eps, n, ref[i], mag[i])
 		}
 		// The negated form also rejects NaN.
 		if !(math.Abs(got[i]-ref[i]) <= tol) {
@@ -181,14 +181,46 @@ func (v *verifier) compareTol(ref, mag, got []float64, out int) (int, []Mismatch
 	return wrong, mm
 }
 
+// fp8Tol bounds an 8-bit float result: its inputs sum exactly in float32
+// (multiples of 1/8 or 1/4 below 2, a node's ranks), so a sum or average
+// carries only the final rounding, half an epsilon h of the result; a
+// PreMulSum also rounds each product first (h of each, so h of their
+// magnitudes' sum); a product carries float32's roundings too.
+func fp8Tol(op collectives.Op, h, ref, mag float64, nranks int) float64 {
+	const f32 = 1.0 / (1 << 24)
+	switch op {
+	case collectives.Prod:
+		return (h + float64(nranks)*f32) * math.Abs(ref)
+	case collectives.PreMulSum:
+		return h*math.Abs(ref) + h*(1+h)*mag
+	}
+	return h * (1 + 2*f32) * math.Abs(ref)
+}
+
+// otherTol is the other float types' bound (see Tolerance).
+func otherTol(op collectives.Op, k, eps, n, ref, mag float64) float64 {
+	switch op {
+	case collectives.Prod:
+		return k * math.Abs(ref)
+	case collectives.Avg:
+		return k*mag/n + eps*math.Abs(ref)
+	}
+	return k * mag // sum, and PreMulSum's sum of products
+}
+
 // refFloat computes the float64 reference (and the sum of magnitudes) of
 // segment elements [first, first+len(ref)).
 func (v *verifier) refFloat(ref, mag []float64, s segment, first int) {
 	d, g := &v.g.dom, v.g
 	src := s.src + first
 	r0 := s.ranks[0]
+	scale := func(int) float64 { return 1 }
+	if s.reduces && v.premul() {
+		scale = func(r int) float64 { return PremulScalar(v.c, r) }
+	}
+	s0 := scale(r0)
 	for i := range ref {
-		x := d.float(g.word(r0, src+i))
+		x := d.float(g.word(r0, src+i)) * s0
 		ref[i], mag[i] = x, math.Abs(x)
 	}
 	if !s.reduces {
@@ -196,6 +228,13 @@ func (v *verifier) refFloat(ref, mag []float64, s segment, first int) {
 	}
 	for _, r := range s.ranks[1:] {
 		switch v.c.Op {
+		case collectives.PreMulSum:
+			sr := scale(r)
+			for i := range ref {
+				x := d.float(g.word(r, src+i)) * sr
+				ref[i] += x
+				mag[i] += math.Abs(x)
+			}
 		case collectives.Sum, collectives.Avg:
 			for i := range ref {
 				x := d.float(g.word(r, src+i))
@@ -240,7 +279,7 @@ func foldInts[T int64 | uint64](ref []T, s segment, first int, op collectives.Op
 		for i := range ref {
 			x := word(r, src+i)
 			switch op {
-			case collectives.Sum, collectives.Avg:
+			case collectives.Sum, collectives.Avg, collectives.PreMulSum:
 				ref[i] += x
 			case collectives.Prod:
 				ref[i] *= x
@@ -256,7 +295,13 @@ func foldInts[T int64 | uint64](ref []T, s segment, first int, op collectives.Op
 // refSigned computes the exact reference with the type's wraparound.
 func (v *verifier) refSigned(ref []int64, s segment, first int) {
 	d, g := &v.g.dom, v.g
-	foldInts(ref, s, first, v.c.Op, func(r, i int) int64 { return d.signed(g.word(r, i)) })
+	foldInts(ref, s, first, v.c.Op, func(r, i int) int64 {
+		x := d.signed(g.word(r, i))
+		if s.reduces && v.premul() {
+			x *= int64(PremulScalar(v.c, r))
+		}
+		return x
+	})
 	// Arithmetic mod 2^64 truncated to the width is the type's own
 	// wraparound; avg divides the wrapped sum, truncating toward zero.
 	switch v.c.Type {
@@ -279,7 +324,13 @@ func (v *verifier) refSigned(ref []int64, s segment, first int) {
 
 func (v *verifier) refUnsigned(ref []uint64, s segment, first int) {
 	d, g := &v.g.dom, v.g
-	foldInts(ref, s, first, v.c.Op, func(r, i int) uint64 { return d.unsigned(g.word(r, i)) })
+	foldInts(ref, s, first, v.c.Op, func(r, i int) uint64 {
+		x := d.unsigned(g.word(r, i))
+		if s.reduces && v.premul() {
+			x *= uint64(PremulScalar(v.c, r))
+		}
+		return x
+	})
 	var mask uint64 = math.MaxUint64
 	switch v.c.Type {
 	case collectives.Uint8:
@@ -348,6 +399,14 @@ func decodeFloat(t collectives.DataType, raw []byte, dst []float64) {
 	case collectives.Float32:
 		for i := range dst {
 			dst[i] = float64(math.Float32frombits(le.Uint32(raw[4*i:])))
+		}
+	case collectives.Float8E4M3:
+		for i := range dst {
+			dst[i] = float64(fp8.E4M3ToFloat32(raw[i]))
+		}
+	case collectives.Float8E5M2:
+		for i := range dst {
+			dst[i] = float64(fp8.E5M2ToFloat32(raw[i]))
 		}
 	default:
 		for i := range dst {

@@ -87,8 +87,10 @@ bool ce_run_group(const std::string& group, const EmuOptions& o);
 // ---- collectives, data types and operators ----
 
 enum Family { kAR1, kAR2, kARL, kRED, kRS1, kBC1, kAG1, kNumFamilies };
-enum Dt { kI8, kU8, kI32, kU32, kI64, kU64, kF16, kBF16, kF32, kF64, kNumDts };  // GOCCL_TYPES order
-enum OpId { kSum, kProd, kMin, kMax, kAvg, kNumOps };                                // kernel op order
+enum Dt { kI8, kU8, kI32, kU32, kI64, kU64, kF16, kBF16, kF32, kF64, kF8E4M3, kF8E5M2, kNumDts };  // GOCCL_TYPES order
+enum OpId { kSum, kProd, kMin, kMax, kAvg, kPreMulSum, kNumOps };  // kernel op order
+// The copy-engine reduction has every op but PreMulSum (GOCCL_KERNELS_BUILTIN).
+constexpr int kNumCEOps = kPreMulSum;
 
 extern const char* const kFamilyName[kNumFamilies];
 extern const char* const kDtName[kNumDts];
@@ -126,13 +128,20 @@ struct Expect {
   double value;   // floats: the double reference and its tolerance
   double tol;
 };
-// reference computes the reduction of in[0..n) (raw bits, rank order).
+// premul_scalar_bits is rank's PreMulSum scalar for a launch of type dt
+// (raw bits of dt): each rank scales by its own, as NCCL allows.
+uint64_t premul_scalar_bits(int dt, int rank);
+// reference computes the reduction of in[0..n) (raw bits, rank order); for
+// PreMulSum, rank r's input is first scaled by premul_scalar_bits(dt, r).
 Expect reference(int dt, int op, int n, const uint64_t* in);
 // matches reports whether raw output bits satisfy e.
 bool matches(int dt, const Expect& e, uint64_t got);
 // round16 rounds v to f16 or bf16 bits (dt), to nearest even.
 uint64_t round16(int dt, double v);
-// selftest checks prims_emu.h's 16-bit float conversions against round16 and decode_float.
+// round8 rounds v to f8e4m3 or f8e5m2 bits (dt): nearest even, saturating.
+uint64_t round8(int dt, double v);
+// selftest checks prims_emu.h's 16-bit float conversions and common.cuh's 8-bit ones against
+// round16, round8 and decode_float.
 bool selftest();
 // describe formats an element's raw bits for a failure message.
 std::string describe(int dt, uint64_t bits);

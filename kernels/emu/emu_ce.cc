@@ -113,7 +113,7 @@ CeScenario matrix(const char* name, int n, u32 seq0, int shift, bool skew, uint6
   randomize(first, n, rng);
   first.grid = 2, first.slowRank = 1, first.delayUs = 2000, first.lazyRank = 1, first.lazyLateUs = 20000;
   s.calls.push_back(first);
-  for (int j = 0; j < kNumDts * kNumOps; j++) {
+  for (int j = 0; j < kNumDts * kNumCEOps; j++) {
     const int dt = j % kNumDts, op = j / kNumDts, kind = (dt + op + shift) % 2, es = kDtSize[dt];
     const uint64_t chunkBytes = 16 * (1 + rng.below(4)), per = chunkBytes / es;
     uint64_t count;
@@ -128,7 +128,7 @@ CeScenario matrix(const char* name, int n, u32 seq0, int shift, bool skew, uint6
   // More chunks than flag slots: every slot used twice or more.
   const int dt = kU8 + 7 * shift % kNumDts, kind = shift % 2, es = kDtSize[dt];
   const uint64_t per = 16 / es, chunks = 65 + rng.below(76);
-  Call big = call(n, kind, dt, rng.below(kNumOps), (kind == kCeAR ? n : 1) * per * chunks - rng.below((int)per), 16,
+  Call big = call(n, kind, dt, rng.below(kNumCEOps), (kind == kCeAR ? n : 1) * per * chunks - rng.below((int)per), 16,
                   2 + rng.below(3), rng.below(2));
   randomize(big, n, rng);
   s.calls.insert(s.calls.begin() + 1 + rng.below(40), big);
@@ -138,7 +138,7 @@ CeScenario matrix(const char* name, int n, u32 seq0, int shift, bool skew, uint6
   // 0 runs through every chunk. (Chunks of 32 bytes give block 1 a share;
   // the rounding can shorten a piece by 32 bytes only from 3 ranks on.)
   const int deepChunk = n >= 3 ? 32 : 16, x = n >= 3 ? 32 + rng.below(16 * n - 32) : 16 + rng.below(16);
-  Call deep = call(n, kCeAR, kU8 + shift % 2 * (kI8 - kU8), rng.below(kNumOps), (uint64_t)n * deepChunk * 65 - x,
+  Call deep = call(n, kCeAR, kU8 + shift % 2 * (kI8 - kU8), rng.below(kNumCEOps), (uint64_t)n * deepChunk * 65 - x,
                    deepChunk, 64, rng.below(2));
   randomize(deep, n, rng);
   deep.grid = 2, deep.slowRank = n - 1, deep.slowBlock = 1, deep.delayUs = 50000;
@@ -169,8 +169,8 @@ CeScenario direct(const char* name, u32 seq0, bool skew, bool hostChunks, uint64
   Call uneven = direct_call(kCeAR, kF32, kSum, 31, 16, hostChunks);
   randomize(uneven, 2, rng);
   s.calls.push_back(uneven);
-  for (int j = 0; j < 2 * kNumDts * kNumOps; j++) {
-    const int dt = j % kNumDts, op = j / kNumDts % kNumOps, kind = (j / (kNumDts * kNumOps) + dt + op) % 2;
+  for (int j = 0; j < 2 * kNumDts * kNumCEOps; j++) {
+    const int dt = j % kNumDts, op = j / kNumDts % kNumCEOps, kind = (j / (kNumDts * kNumCEOps) + dt + op) % 2;
     const uint64_t floorBytes = 16 * (1 + rng.below(4)), vec = 16 / kDtSize[dt], per = floorBytes / kDtSize[dt];
     uint64_t count;
     if (rng.below(4) == 0)  // tiny: one or two chunks; at AllReduce, nothing for rank 1
@@ -183,7 +183,7 @@ CeScenario direct(const char* name, u32 seq0, bool skew, bool hostChunks, uint64
     if (rng.below(3) == 0) {
       const int sdt = rng.below(kNumDts), skind = rng.below(2), ses = kDtSize[sdt];
       const uint64_t chunkBytes = 16 * (1 + rng.below(4)), sper = chunkBytes / ses;
-      Call st = call(2, skind, sdt, rng.below(kNumOps), 1 + rng.below((int)(sper * (skind == kCeAR ? 14 : 7))),
+      Call st = call(2, skind, sdt, rng.below(kNumCEOps), 1 + rng.below((int)(sper * (skind == kCeAR ? 14 : 7))),
                      chunkBytes, 2 + rng.below(3), rng.below(2));
       randomize(st, 2, rng);
       s.calls.push_back(st);

@@ -13,9 +13,10 @@
 const char* const kFamilyName[kNumFamilies] = {"allreduce_oneshot",     "allreduce_twoshot", "allreduce_ll",
                                                "reduce_oneshot",        "reducescatter_oneshot",
                                                "broadcast_oneshot",     "allgather_oneshot"};
-const char* const kDtName[kNumDts] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64"};
-const int kDtSize[kNumDts] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-const char* const kOpName[kNumOps] = {"sum", "prod", "min", "max", "avg"};
+const char* const kDtName[kNumDts] = {"i8",  "u8",  "i32", "u32", "i64",    "u64",
+                                      "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2"};
+const int kDtSize[kNumDts] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
+const char* const kOpName[kNumOps] = {"sum", "prod", "min", "max", "avg", "premulsum"};
 
 namespace {
 
@@ -57,6 +58,10 @@ uint64_t gen_elem(int dt, int op, uint64_t seed, int rank, uint64_t idx) {
       return sign << 15 | (uint64_t)(127 + e) << 7 | (h2 & 0x7f);
     case kF32:
       return sign << 31 | (uint64_t)(127 + e) << 23 | (h2 & 0x7fffff);
+    case kF8E4M3:
+      return sign << 7 | (uint64_t)(7 + e) << 3 | (h2 & 7);
+    case kF8E5M2:
+      return sign << 7 | (uint64_t)(15 + e) << 2 | (h2 & 3);
     default:
       return sign << 63 | (uint64_t)(1023 + e) << 52 | (h2 & ((1ull << 52) - 1));
   }
@@ -83,6 +88,16 @@ double decode_float(int dt, uint64_t b) {
       uint32_t u = (uint32_t)b;
       memcpy(&f, &u, 4);
       return f;
+    }
+    case kF8E4M3: {  // no infinity; 0x7f is NaN
+      const int e = (int)(b >> 3) & 15, m = (int)(b & 7);
+      double v = (b & 0x7f) == 0x7f ? NAN : e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+      return (b >> 7) & 1 ? -v : v;
+    }
+    case kF8E5M2: {
+      const int e = (int)(b >> 2) & 31, m = (int)(b & 3);
+      double v = e == 0 ? std::ldexp(m, -16) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(4 + m, e - 17);
+      return (b >> 7) & 1 ? -v : v;
     }
     default: {
       double d;
@@ -115,6 +130,49 @@ uint64_t encode16(double v, int mbits, int bias) {
   return sign | (uint64_t)(e - 1 + bias) << mbits | m;
 }
 
+// encode8 rounds v to an 8-bit float (mbits mantissa bits, the given bias,
+// maxv its largest finite value), to nearest even with nearbyint,
+// saturating beyond maxv (infinity too) as the GPU's satfinite conversion.
+uint64_t encode8(double v, int mbits, int bias, double maxv) {
+  const uint64_t sign = std::signbit(v) ? 0x80 : 0;
+  if (std::isnan(v)) return sign | 0x7f;
+  const double mag = std::fabs(v);
+  int e;
+  std::frexp(mag, &e);
+  const int emin = 1 - bias;
+  const int E = e - 1 > emin ? e - 1 : emin;
+  const double r = mag == 0 ? 0 : std::ldexp(std::nearbyint(std::ldexp(mag, mbits - E)), E - mbits);
+  const double rr = r > maxv ? maxv : r;
+  if (rr < std::ldexp(1.0, emin)) return sign | (uint64_t)std::ldexp(rr, mbits - emin);  // subnormal, zero
+  std::frexp(rr, &e);
+  const uint64_t m = (uint64_t)std::ldexp(rr, mbits - (e - 1)) - (1ull << mbits);
+  return sign | (uint64_t)(e - 1 + bias) << mbits | m;
+}
+
+uint64_t encode_float(int dt, double v) {
+  switch (dt) {
+    case kF16:
+      return encode16(v, 10, 15);
+    case kBF16:
+      return encode16(v, 7, 127);
+    case kF8E4M3:
+      return encode8(v, 3, 7, 448);
+    case kF8E5M2:
+      return encode8(v, 2, 15, 57344);
+    case kF32: {
+      float f = (float)v;
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      return u;
+    }
+    default: {
+      uint64_t u;
+      memcpy(&u, &v, 8);
+      return u;
+    }
+  }
+}
+
 // model computes what the kernels must produce bit for bit: the inputs
 // reduced in rank order in the accumulation type A (float for the 16-bit
 // types), the average divided once, then one rounding to the element type.
@@ -126,6 +184,7 @@ uint64_t model(int dt, int op, int n, const double* v) {
     switch (op) {
       case kSum:
       case kAvg:
+      case kPreMulSum:
         acc = acc + x;
         break;
       case kProd:
@@ -140,32 +199,42 @@ uint64_t model(int dt, int op, int n, const double* v) {
     }
   }
   if (op == kAvg) acc = acc / (A)n;
-  switch (dt) {
-    case kF16:
-      return encode16(acc, 10, 15);
-    case kBF16:
-      return encode16(acc, 7, 127);
-    case kF32: {
-      float f = (float)acc;
-      uint32_t u;
-      memcpy(&u, &f, 4);
-      return u;
-    }
-    default: {
-      double d = (double)acc;
-      uint64_t u;
-      memcpy(&u, &d, 8);
-      return u;
-    }
-  }
+  return encode_float(dt, (double)acc);
 }
 
 }  // namespace
+
+uint64_t premul_scalar_bits(int dt, int rank) {
+  static const double kFloat[goccl::kMaxRanks] = {0.5, 1.5, -2.0, 0.75, 3.0, -0.25, 1.25, 2.5};  // exact in every float type
+  static const int64_t kInt[goccl::kMaxRanks] = {3, -2, 5, 7, -1, 2, 9, -3};
+  if (!is_float(dt)) return (uint64_t)kInt[rank] & width_mask(dt);
+  return encode_float(dt, kFloat[rank]);
+}
+
+uint64_t round8(int dt, double v) { return encode_float(dt, v); }
 
 uint64_t round16(int dt, double v) { return dt == kF16 ? encode16(v, 10, 15) : encode16(v, 7, 127); }
 
 Expect reference(int dt, int op, int n, const uint64_t* in) {
   Expect e{};
+  // PreMulSum: each rank's product, rounded to the type as it is pushed,
+  // then a Sum of those; the double reference keeps the exact products.
+  uint64_t scaled[goccl::kMaxRanks];
+  double exact[goccl::kMaxRanks];
+  if (op == kPreMulSum) {
+    for (int r = 0; r < n; r++) {
+      const uint64_t s = premul_scalar_bits(dt, r);
+      if (!is_float(dt)) {
+        scaled[r] = in[r] * s;
+        continue;
+      }
+      exact[r] = decode_float(dt, in[r]) * decode_float(dt, s);
+      // The product in the accumulation type (float32 below f64), then
+      // the type's rounding.
+      scaled[r] = encode_float(dt, dt == kF64 ? exact[r] : (double)(float)exact[r]);
+    }
+    in = scaled;
+  }
   if (!is_float(dt)) {
     e.exact = true;
     const uint64_t m = width_mask(dt);
@@ -175,6 +244,7 @@ Expect reference(int dt, int op, int n, const uint64_t* in) {
       switch (op) {
         case kSum:
         case kAvg:
+        case kPreMulSum:
           acc = (acc + x) & m;
           break;
         case kProd:
@@ -196,11 +266,14 @@ Expect reference(int dt, int op, int n, const uint64_t* in) {
   double sum = 0, sumabs = 0, prod = 1;
   for (int r = 0; r < n; r++) {
     v[r] = decode_float(dt, in[r]);
+    if (op == kPreMulSum) v[r] = exact[r];  // the model rounds, the reference does not
     sum += v[r];
     sumabs += std::fabs(v[r]);
     prod *= v[r];
   }
   e.exact = false;
+  if (op == kPreMulSum)  // the model sums the rounded products
+    for (int r = 0; r < n; r++) v[r] = decode_float(dt, in[r]);
   e.bits = dt == kF64 ? model<double>(dt, op, n, v) : model<float>(dt, op, n, v);
   if (op == kMin || op == kMax) {  // the winner is one of the inputs
     e.value = decode_float(dt, e.bits);
@@ -208,12 +281,23 @@ Expect reference(int dt, int op, int n, const uint64_t* in) {
   }
   // acc: float accumulation error per step; out: the final rounding.
   const double acc = dt == kF64 ? std::ldexp(1.0, -52) : std::ldexp(1.0, -23);
-  const double out = dt == kF16 ? std::ldexp(1.0, -10) : dt == kBF16 ? std::ldexp(1.0, -7) : 0;
-  const double floor = dt == kF16 ? std::ldexp(1.0, -24) : 0;
+  const double out = dt == kF16      ? std::ldexp(1.0, -10)
+                     : dt == kBF16   ? std::ldexp(1.0, -7)
+                     : dt == kF8E4M3 ? std::ldexp(1.0, -3)
+                     : dt == kF8E5M2 ? std::ldexp(1.0, -2)
+                                     : 0;
+  const double floor = dt == kF16      ? std::ldexp(1.0, -24)
+                       : dt == kF8E4M3 ? std::ldexp(1.0, -9)
+                       : dt == kF8E5M2 ? std::ldexp(1.0, -16)
+                                       : 0;
   switch (op) {
     case kSum:
       e.value = sum;
       e.tol = acc * n * sumabs + out * std::fabs(sum) + floor;
+      break;
+    case kPreMulSum:  // and each product's rounding (float, then the type)
+      e.value = sum;
+      e.tol = (acc * (n + 1) + out) * sumabs + out * std::fabs(sum) + floor * (n + 1);
       break;
     case kAvg:
       e.value = sum / n;

@@ -9,9 +9,22 @@
   GOCCL_TYPES(EMU_DECL, pfx, prod)        \
   GOCCL_TYPES(EMU_DECL, pfx, min)         \
   GOCCL_TYPES(EMU_DECL, pfx, max)         \
+  GOCCL_TYPES(EMU_DECL, pfx, avg)         \
+  GOCCL_TYPES(EMU_DECL, pfx, premulsum)
+#define EMU_DECL_CE(pfx)                  \
+  GOCCL_TYPES(EMU_DECL, pfx, sum)         \
+  GOCCL_TYPES(EMU_DECL, pfx, prod)        \
+  GOCCL_TYPES(EMU_DECL, pfx, min)         \
+  GOCCL_TYPES(EMU_DECL, pfx, max)         \
   GOCCL_TYPES(EMU_DECL, pfx, avg)
 #define EMU_PTR(pfx, opname, tname, T) &pfx##tname##_##opname,
 #define EMU_TABLE(pfx)                                                                  \
+  {                                                                                     \
+    {GOCCL_TYPES(EMU_PTR, pfx, sum)}, {GOCCL_TYPES(EMU_PTR, pfx, prod)},                \
+        {GOCCL_TYPES(EMU_PTR, pfx, min)}, {GOCCL_TYPES(EMU_PTR, pfx, max)},             \
+        {GOCCL_TYPES(EMU_PTR, pfx, avg)}, {GOCCL_TYPES(EMU_PTR, pfx, premulsum)}        \
+  }
+#define EMU_TABLE_CE(pfx)                                                               \
   {                                                                                     \
     {GOCCL_TYPES(EMU_PTR, pfx, sum)}, {GOCCL_TYPES(EMU_PTR, pfx, prod)},                \
         {GOCCL_TYPES(EMU_PTR, pfx, min)}, {GOCCL_TYPES(EMU_PTR, pfx, max)},             \
@@ -23,7 +36,7 @@ EMU_DECL_ALL(goccl_allreduce_twoshot_)
 EMU_DECL_ALL(goccl_allreduce_ll_)
 EMU_DECL_ALL(goccl_reduce_oneshot_)
 EMU_DECL_ALL(goccl_reducescatter_oneshot_)
-EMU_DECL_ALL(goccl_cereduce_)
+EMU_DECL_CE(goccl_cereduce_)
 extern "C" void goccl_broadcast_oneshot(goccl::Params);
 extern "C" void goccl_allgather_oneshot(goccl::Params);
 
@@ -34,7 +47,7 @@ const KernelFn kReduceTables[kRS1 + 1][kNumOps][kNumDts] = {
     EMU_TABLE(goccl_allreduce_ll_),      EMU_TABLE(goccl_reduce_oneshot_),
     EMU_TABLE(goccl_reducescatter_oneshot_),
 };
-const KernelFn kCETable[kNumOps][kNumDts] = EMU_TABLE(goccl_cereduce_);
+const KernelFn kCETable[kNumCEOps][kNumDts] = EMU_TABLE_CE(goccl_cereduce_);
 }  // namespace
 
 KernelFn ce_kernel_for(int dt, int op) { return kCETable[op][dt]; }

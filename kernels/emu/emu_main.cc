@@ -191,9 +191,9 @@ Scenario matrix(const char* name, int n, uint64_t slot, uint64_t seed) {
   Scenario s{name, n, slot, {}, "", -1};
   Rng rng{seed};
   const int mainDts[] = {kF32, kI32, kBF16, kF64, kU8, kI64};
-  const int extraDts[] = {kI8, kU32, kU64, kF16};
+  const int extraDts[] = {kI8, kU32, kU64, kF16, kF8E4M3, kF8E5M2};
   for (int fam = kAR1; fam <= kRS1; fam++) {
-    for (int ti = 0; ti < 10; ti++) {
+    for (int ti = 0; ti < 12; ti++) {
       const bool main = ti < 6;
       const int dt = main ? mainDts[ti] : extraDts[ti - 6];
       for (int ci = 0; ci < 5; ci++) {
@@ -654,6 +654,16 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
     p.nranks = c.n;
     p.root = l.root;
     p.flags = 0;
+    // PreMulSum: this rank's scalar by value, or (odd launches) by address.
+    static uint64_t scalarCell;
+    if (family_reduces(l.fam) && l.op == kPreMulSum) {
+      scalarCell = premul_scalar_bits(l.dt, me);
+      p.reserved[1] = scalarCell;
+      if (li % 2) {
+        p.reserved[1] = (uint64_t)&scalarCell;
+        p.flags |= goccl::kFlagScalarDevice;
+      }
+    }
     p.elemSize = (u32)l.es;
     p.llOffset = c.llOffset;
     p.seq = li + 1;  // every launch checks the peers' call numbers (common.cuh)

@@ -31,6 +31,21 @@ void check_round(uint32_t fbits) {
   if (b != wantB) fail("f32_to_bf16", fbits, b, (uint32_t)wantB);
 }
 
+// check_round8 compares common.cuh's f32 -> 8-bit rounding with round8.
+void check_round8(uint32_t fbits) {
+  float f;
+  memcpy(&f, &fbits, 4);
+  const uint32_t a = goccl::Elem<goccl::f8e4m3>::store(f), b = goccl::Elem<goccl::f8e5m2>::store(f);
+  if (std::isnan(f)) {
+    if ((a & 0x7f) != 0x7f) fail("f32_to_f8e4m3 (NaN)", fbits, a, 0x7f);
+    if ((b & 0x7f) <= 0x7c) fail("f32_to_f8e5m2 (NaN)", fbits, b, 0x7f);
+    return;
+  }
+  const uint64_t wantA = round8(kF8E4M3, f), wantB = round8(kF8E5M2, f);
+  if (a != wantA) fail("f32_to_f8e4m3", fbits, a, (uint32_t)wantA);
+  if (b != wantB) fail("f32_to_f8e5m2", fbits, b, (uint32_t)wantB);
+}
+
 }  // namespace
 
 bool selftest() {
@@ -60,6 +75,30 @@ bool selftest() {
   for (uint32_t u : {0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33000000u,
                      0x33000001u, 0x00000001u, 0x80000001u, 0x38800000u, 0x387fffffu})
     check_round(u);
-  printf("%s selftest: 16-bit float conversions (%d wrong)\n", fails ? "FAIL" : "PASS", fails);
+  // The 8-bit floats: every code widened; every code, the halfway points
+  // to its neighbour and one f32 ulp either side rounded; a spread of f32.
+  for (uint32_t c = 0; c < 256; c++) {
+    const float ga = goccl::Elem<goccl::f8e4m3>::load((goccl::u8)c), gb = goccl::Elem<goccl::f8e5m2>::load((goccl::u8)c);
+    const double wa = decode_float(kF8E4M3, c), wb = decode_float(kF8E5M2, c);
+    if (!(ga == wa || (std::isnan(ga) && std::isnan(wa))) || std::signbit(ga) != std::signbit(wa)) fail("f8e4m3_to_f32", c, 0, 0);
+    if (!(gb == wb || (std::isnan(gb) && std::isnan(wb))) || std::signbit(gb) != std::signbit(wb)) fail("f8e5m2_to_f32", c, 0, 0);
+    for (int dt : {kF8E4M3, kF8E5M2}) {
+      const double v = decode_float(dt, c);
+      if (!std::isfinite(v) || (c & 0x7f) == 0x7f) continue;
+      const double next = decode_float(dt, c + 1);
+      for (double x : {v, std::isfinite(next) ? (v + next) / 2 : 2 * v}) {
+        float f = (float)x;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        check_round8(u);
+        check_round8(u + 1);
+        check_round8(u - 1);
+      }
+    }
+  }
+  for (uint64_t u = 0; u < (1ull << 32); u += 65537) check_round8((uint32_t)u);
+  for (uint32_t u : {0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x43e00000u, 0x43e80000u, 0x47600000u, 0x47700000u, 0u, 0x80000000u})
+    check_round8(u);
+  printf("%s selftest: 16- and 8-bit float conversions (%d wrong)\n", fails ? "FAIL" : "PASS", fails);
   return fails == 0;
 }

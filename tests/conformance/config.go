@@ -74,6 +74,9 @@ const usage = `usage: conformance [flags]   (one rank; start it under goccl run,
   --show N                   failures printed per rank               [10]
 `
 
+// allOps is every op, PreMulSum ("mulsum") included.
+func allOps() []collectives.Op { return append(collectives.AllOps(), collectives.PreMulSum) }
+
 func parseConfig(args []string) (*config, error) {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -116,7 +119,7 @@ func parseConfig(args []string) (*config, error) {
 	if c.types, err = parseList(types, "--types", collectives.AllDataTypes, collectives.ParseDataType); err != nil {
 		return nil, err
 	}
-	if c.ops, err = parseList(ops, "--ops", collectives.AllOps, collectives.ParseOp); err != nil {
+	if c.ops, err = parseList(ops, "--ops", allOps, collectives.ParseOp); err != nil {
 		return nil, err
 	}
 	if c.p2p, err = parseP2P(p2p); err != nil {

@@ -37,8 +37,8 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 1, 7, 4095, 1048579}, c.counts)
 	assert.Len(t, c.colls, 5)
-	assert.Len(t, c.types, 10)
-	assert.Len(t, c.ops, 5)
+	assert.Len(t, c.types, 12)
+	assert.Len(t, c.ops, 6)
 
 	bad := []struct {
 		args []string
@@ -47,6 +47,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--counts", "-5"}, "negative"},
 		{[]string{"--counts", "x"}, "--counts"},
 		{[]string{"--types", "float8"}, "--types"},
+		{[]string{"--types", "f8e4m3,e4m2"}, "--types"},
 		{[]string{"--colls", "all_to_all"}, "--colls"},
 		{[]string{"--ops", "xor"}, "--ops"},
 		{[]string{"--inplace", "maybe"}, "--inplace"},

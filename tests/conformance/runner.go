@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -26,6 +28,7 @@ type rankRunner struct {
 	out   *syncWriter
 
 	send, recv membuf.Buffer
+	scalar     membuf.Buffer // PreMulSum's scalar, for the calls that pass its address
 	bufs       bench.Buffers // where send and recv come from (--register, --register-user)
 	stage, got []byte
 
@@ -64,6 +67,10 @@ func (r *rankRunner) layoutOf(tc tcase, send, recv membuf.Buffer) layout {
 	c := tc.Case
 	ts := c.Type.Size()
 	a := collectives.Args{Coll: c.Coll, Send: send.Ptr, Recv: recv.Ptr, Count: c.Count, Type: c.Type, Op: c.Op, Root: c.Root, Stream: r.rk.Space.Stream()}
+	if c.Coll.Reduces() && c.Op == collectives.PreMulSum {
+		// Each rank its own scalar, by value (runCases passes some by address).
+		a.Scalar, _ = check.PremulScalarOf(c, r.me) // (the case's type is valid)
+	}
 	l := layout{recv: recv, inBuf: send, inBytes: c.InputCount() * ts, recvSpan: a.RecvBytes(r.n)}
 	if tc.inPlace {
 		slot := r.me * c.Count * ts
@@ -118,6 +125,9 @@ func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 	if r.recv, err = r.bufs.Alloc(ctx, v+guard); err != nil {
 		return err
 	}
+	if r.scalar, err = r.rk.Space.Alloc(8); err != nil { // not registered: no peer reads it
+		return err
+	}
 	r.stage = make([]byte, s)
 	r.got = make([]byte, max(s, v)+guard)
 	return nil
@@ -125,7 +135,13 @@ func (r *rankRunner) allocate(ctx context.Context, cases []tcase) error {
 
 // free releases the registrations first: the peers unmap before the
 // memory under them goes back to the space.
-func (r *rankRunner) free(ctx context.Context) error { return r.bufs.Free(ctx) }
+func (r *rankRunner) free(ctx context.Context) error {
+	err := r.bufs.Free(ctx)
+	if r.scalar.Ptr != 0 {
+		err = errors.Join(err, r.rk.Space.Free(r.scalar))
+	}
+	return err
+}
 
 // runCases runs the matrix. Its error is fatal (a call failed); wrong
 // results are counted, not returned.
@@ -133,6 +149,9 @@ func (r *rankRunner) runCases(ctx context.Context, cases []tcase) error {
 	for _, tc := range cases {
 		l := r.layoutOf(tc, r.send, r.recv)
 		if err := r.prepare(tc, l); err != nil {
+			return err
+		}
+		if err := r.scalarByAddress(tc, &l); err != nil {
 			return err
 		}
 		if err := r.rk.Comm.Run(ctx, &l.args); err != nil {
@@ -145,6 +164,23 @@ func (r *rankRunner) runCases(ctx context.Context, cases []tcase) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// scalarByAddress makes every other PreMulSum case of the matrix pass its
+// scalar by address (device memory on the GPU), written just before the
+// call: the call must read it when it runs.
+func (r *rankRunner) scalarByAddress(tc tcase, l *layout) error {
+	a := &l.args
+	if !a.Coll.Reduces() || a.Op != collectives.PreMulSum || tc.Seed&1 == 0 {
+		return nil
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], a.Scalar.Bits)
+	if err := r.rk.Space.CopyIn(r.scalar, 0, b[:tc.Type.Size()]); err != nil {
+		return err
+	}
+	a.Scalar = collectives.ScalarAt(r.scalar.Ptr)
 	return nil
 }
 

@@ -193,18 +193,16 @@ def t_graph(name):
     report(name, ok, "3 replays")
 
 
-@check("premul_sum_rejected")
+@check("premul_sum")
 def t_premul(name):
-    # goccl has no pre-multiplied sum: the call must fail cleanly rather
-    # than reduce wrongly.
-    t = torch.ones(8, device=DEV)
-    try:
-        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
-        torch.cuda.synchronize()
-    except Exception as e:
-        report(name, "PreMulSum" in str(e) or "invalid usage" in str(e).lower() or "Invalid" in str(e), "raised")
-        return
-    report(name, False, f"no error; result {t[0].item()}")
+    # ncclRedOpCreatePreMulSum: each rank's input scaled by its own factor
+    # (rank + 1) / 2, then summed; the values stay exact in float32.
+    n = 13
+    xs = inputs(16, (n,), torch.float32)
+    t = xs[RANK].to(DEV)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum((RANK + 1) / 2))
+    want = sum(xs[p] * ((p + 1) / 2) for p in range(WORLD))
+    report(name, same(t, want.to(DEV), torch.float32))
 
 
 @check("all_to_all_single")

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/fp8"
 	"github.com/goccl/goccl/internal/half"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/transporttest"
@@ -121,8 +122,14 @@ func (g *Group) execute() error {
 			continue
 		}
 		in[r] = append([]byte(nil), mem(a.Send, a.SendBytes(n))...)
+		if a.Coll.Reduces() && a.Op == collectives.PreMulSum {
+			in[r] = scaled(a, in[r])
+		}
 	}
 	for r, a := range g.args {
+		if a.Coll.Reduces() && a.Op == collectives.PreMulSum {
+			a.Op = collectives.Sum // of the scaled inputs
+		}
 		var out []byte
 		switch a.Coll {
 		case collectives.AllReduce:
@@ -148,6 +155,23 @@ func (g *Group) execute() error {
 		copy(mem(a.Recv, a.RecvBytes(n)), out)
 	}
 	return nil
+}
+
+// scaled is a rank's PreMulSum input times its scalar, each product in
+// the type's arithmetic and rounded to it (a two-input Prod with a buffer
+// of the scalar).
+func scaled(a collectives.Args, in []byte) []byte {
+	ts := a.Type.Size()
+	var sb [8]byte
+	binary.LittleEndian.PutUint64(sb[:], a.Scalar.Bits)
+	if a.Scalar.Ptr != 0 {
+		copy(sb[:], mem(a.Scalar.Ptr, ts))
+	}
+	rep := make([]byte, len(in))
+	for i := 0; i < len(in); i += ts {
+		copy(rep[i:], sb[:ts])
+	}
+	return reduce(a.Type, collectives.Prod, [][]byte{in, rep}, 0, len(in)/ts)
 }
 
 // reduce combines elements [first, first+cnt) of every input natively.
@@ -178,6 +202,10 @@ func reduce(t collectives.DataType, op collectives.Op, in [][]byte, first, cnt i
 			le.PutUint16(out[2*i:], half.Float32ToFloat16(fold(op, in, func(b []byte) float32 { return half.Float16ToFloat32(le.Uint16(b[off:])) })))
 		case collectives.BFloat16:
 			le.PutUint16(out[2*i:], half.Float32ToBFloat16(fold(op, in, func(b []byte) float32 { return half.BFloat16ToFloat32(le.Uint16(b[off:])) })))
+		case collectives.Float8E4M3:
+			out[i] = fp8.Float32ToE4M3(fold(op, in, func(b []byte) float32 { return fp8.E4M3ToFloat32(b[off]) }))
+		case collectives.Float8E5M2:
+			out[i] = fp8.Float32ToE5M2(fold(op, in, func(b []byte) float32 { return fp8.E5M2ToFloat32(b[off]) }))
 		}
 	}
 	return out
