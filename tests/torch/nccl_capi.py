@@ -205,6 +205,17 @@ def t_premul(name):
     report(name, same(t, want.to(DEV), torch.float32))
 
 
+@check("reduce_scatter_premul_sum")
+def t_rs_premul(name):
+    # FSDP's gradient reduce-scatter with a pre-divided sum.
+    n = 257
+    xs = inputs(18, (WORLD * n,), torch.bfloat16)
+    out = torch.full((n,), -99.0, device=DEV, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(out, xs[RANK].to(DEV), op=dist._make_nccl_premul_sum(0.25))
+    want = (sum(x.to(torch.float64) for x in xs) * 0.25)[RANK * n:(RANK + 1) * n]
+    report(name, same(out, want, torch.bfloat16))
+
+
 @check("all_to_all_single")
 def t_alltoall(name):
     n = 17
@@ -246,7 +257,7 @@ def main():
     checks = [make_allreduce_check(op, dt) for op in OPS for dt in (torch.float32,)]
     checks += [make_allreduce_check("sum", dt) for dt in (torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.float64)]
     checks += [make_allreduce_check("max", torch.int8), make_allreduce_check("avg", torch.bfloat16)]
-    checks += [t_broadcast, t_allgather, t_reducescatter, t_new_group, t_ddp, t_graph, t_premul]
+    checks += [t_broadcast, t_allgather, t_reducescatter, t_new_group, t_ddp, t_graph, t_premul, t_rs_premul]
     checks += [t_alltoall, t_p2p]
     only = os.environ.get("NCCL_CAPI_ONLY")
     for c in checks:
