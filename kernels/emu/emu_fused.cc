@@ -108,7 +108,7 @@ uint64_t place(Step& st) {
 Step group_step(Rng& rng, int n, int ncalls, uint64_t maxCount) {
   Step st{};
   st.dt = rng.below(kNumDts);
-  st.op = rng.below(kNumOps);
+  st.op = rng.below(kPreMulSum);  // PreMulSum never fuses (its scalar is per call)
   for (int i = 0; i < ncalls; i++) {
     Call c{};
     c.count = rng.below(6) == 0 ? 0 : 1 + (uint64_t)rng.below((int)maxCount);

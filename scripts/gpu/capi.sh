@@ -179,12 +179,14 @@ if [ -x "$BIN/all_reduce_perf" ]; then
   # collective Register behind it.
   for t in all_reduce all_gather broadcast; do nt "$t -np 2 -R 2 (windows)" ok 90 "${MPI[@]}" -np 2 "$BIN/${t}_perf" "${SIZES[@]}" -R 2; done
   # Other types and operators (float/sum above).
-  for dop in "half max" "bfloat16 avg" "int8 prod" "double min" "int64 sum" "uint8 max"; do
+  for dop in "half max" "bfloat16 avg" "int8 prod" "double min" "int64 sum" "uint8 max" \
+    "f8e4m3 sum" "f8e5m2 max" "float mulsum" "bfloat16 mulsum"; do
     set -- $dop
     nt "all_reduce -np 2 -d $1 -o $2" ok 90 "${MPI[@]}" -np 2 "$BIN/all_reduce_perf" "${SIZES[@]}" -d "$1" -o "$2"
   done
   nt "reduce_scatter -np 2 -d bfloat16 -o avg" ok 90 "${MPI[@]}" -np 2 "$BIN/reduce_scatter_perf" "${SIZES[@]}" -d bfloat16 -o avg
   nt "reduce -np 2 -d int32 -o min" ok 90 "${MPI[@]}" -np 2 "$BIN/reduce_perf" "${SIZES[@]}" -d int32 -o min
+  nt "reduce_scatter -np 2 -d half -o mulsum" ok 90 "${MPI[@]}" -np 2 "$BIN/reduce_scatter_perf" "${SIZES[@]}" -d half -o mulsum
   nt "all_reduce -np 4 SPLIT=MOD2" ok 120 "${MPI[@]}" -np 4 -x NCCL_TESTS_SPLIT="MOD 2" "$BIN/all_reduce_perf" "${SIZES[@]}"
   if [ "$NGPU" -ge 2 ]; then
     nt "all_reduce -t 2 (2 GPUs)" ok 90 env -u NCCL_TESTS_DEVICE "$BIN/all_reduce_perf" "${SIZES[@]}" -t 2
