@@ -26,6 +26,7 @@ import (
 //     on that rail. Reduce: every node reduces to its rank on the root's
 //     rail, then that rail reduces to the root.
 // A floating-point Avg averages on each leg (over ranks of equal weight);
+// a PreMulSum scales on the first leg inside the node and sums after;
 // an integer Avg, which truncates once after the whole sum, runs on NCCL's
 // flat communicator, as does every collective where the nodes' sizes
 // differ.
@@ -37,6 +38,13 @@ func (m *multi) Run(ctx context.Context, a *collectives.Args) error {
 	}
 	if a.Count == 0 {
 		return nil
+	}
+	if !m.equal && a.Op == collectives.PreMulSum && a.Coll.Reduces() {
+		// That would run flat, whose legs read the inputs themselves, and
+		// goccl creates no scaled-sum operator on NCCL's communicator.
+		// Every rank refuses alike, before anything is enqueued.
+		return fmt.Errorf("gpu backend: %s with a PreMulSum across nodes of unequal sizes (%s): %w",
+			a.Coll, m.describe(), collectives.ErrNotSupported)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -80,14 +88,22 @@ func (m *multi) sub(ctx context.Context, coll collectives.Collective, send, recv
 		return nil
 	}
 	m.subSeq++
-	m.la = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: a.Type, Op: a.Op, Root: root, Stream: a.Stream, Seq: m.subSeq}
+	m.la = collectives.Args{Coll: coll, Send: send, Recv: recv, Count: count, Type: a.Type, Op: a.Op, Scalar: a.Scalar, Root: root, Stream: a.Stream, Seq: m.subSeq}
 	if err := m.local.Run(ctx, &m.la); err != nil {
 		return fmt.Errorf("gpu backend: %s: inside node %d: %w", a.Coll, m.node, err)
 	}
 	return nil
 }
 
-func nt(a *collectives.Args) (nccl.DataType, nccl.Op) { return nccl.DataType(a.Type), nccl.Op(a.Op) }
+// nt gives a call's type and operator between nodes. A PreMulSum's inputs
+// are scaled once, on the leg inside the node that reads them; the rails
+// then sum.
+func nt(a *collectives.Args) (nccl.DataType, nccl.Op) {
+	if a.Op == collectives.PreMulSum {
+		return nccl.DataType(a.Type), nccl.Op(collectives.Sum)
+	}
+	return nccl.DataType(a.Type), nccl.Op(a.Op)
+}
 
 func railErr(coll collectives.Collective, err error) error {
 	if err == nil {

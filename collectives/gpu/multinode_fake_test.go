@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -79,6 +80,7 @@ type fakeCall struct {
 	send, recv          uintptr
 	count, root, member int
 	op                  collectives.Op
+	scale               int32 // a PreMulSum's scalar (int32 elements)
 }
 
 // fakeHub runs the collectives of one group of members (a node, a rail,
@@ -134,6 +136,11 @@ func (h *fakeHub) compute(calls []fakeCall) {
 	B := 4 * cnt
 	red := func(blocks func(m int) []byte) []byte {
 		out := append([]byte(nil), blocks(0)...)
+		if c0.op == collectives.PreMulSum {
+			for i := 0; i < cnt; i++ {
+				binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(binary.LittleEndian.Uint32(out[4*i:]))*calls[0].scale))
+			}
+		}
 		for m := 1; m < n; m++ {
 			in := blocks(m)
 			for i := 0; i < cnt; i++ {
@@ -141,6 +148,8 @@ func (h *fakeHub) compute(calls []fakeCall) {
 				switch c0.op {
 				case collectives.Sum:
 					a += b
+				case collectives.PreMulSum:
+					a += b * calls[m].scale
 				case collectives.Max:
 					a = max(a, b)
 				}
@@ -212,7 +221,8 @@ type fakeNodeBackend struct {
 }
 
 func (f *fakeNodeBackend) Run(_ context.Context, a *collectives.Args) error {
-	f.h.join(fakeCall{coll: a.Coll, send: a.Send, recv: a.Recv, count: a.Count, root: a.Root, op: a.Op, member: f.member})
+	f.h.join(fakeCall{coll: a.Coll, send: a.Send, recv: a.Recv, count: a.Count, root: a.Root, op: a.Op, member: f.member,
+		scale: int32(uint32(a.Scalar.Bits))})
 	return nil
 }
 func (f *fakeNodeBackend) RunGroup(_ context.Context, g *collectives.Group) error {
@@ -229,6 +239,10 @@ type fakeComm struct {
 }
 
 func (c *fakeComm) run(coll collectives.Collective, send, recv uintptr, count, root int, op nccl.Op) error {
+	if collectives.Op(op) == collectives.PreMulSum {
+		// As NCCL: an operator it did not create is unknown to it.
+		return errors.New("fake NCCL: reduction operation 5 unknown to this communicator")
+	}
 	c.h.join(fakeCall{coll: coll, send: send, recv: recv, count: count, root: root, op: collectives.Op(op), member: c.member})
 	return nil
 }
@@ -375,8 +389,11 @@ func TestMultiComposedCollectives(t *testing.T) {
 							continue
 						}
 						op := collectives.Sum
-						if count == 7 {
+						switch count {
+						case 7:
 							op = collectives.Max
+						case 12:
+							op = collectives.PreMulSum
 						}
 						name := fmt.Sprintf("%s/%s/n=%d/inplace=%v/root=%d", lt.name, coll, count, inPlace, root)
 						t.Run(name, func(t *testing.T) {
@@ -404,6 +421,7 @@ func checkComposed(t *testing.T, ms []*multi, s *fakeSpace, rng *rand.Rand, coll
 		inputs[r] = in
 		args[r] = a
 		args[r].Seq = uint64(r)
+		args[r].Scalar.Bits = uint64(r + 2) // PreMulSum: each rank its own
 		recv, _ := s.alloc(uint64(max(recvN, sendN)))
 		for i := range s.at(recv, recvN) {
 			s.at(recv, recvN)[i] = 0xEE // poison
@@ -436,6 +454,12 @@ func checkComposed(t *testing.T, ms []*multi, s *fakeSpace, rng *rand.Rand, coll
 		}()
 	}
 	wg.Wait()
+	if op == collectives.PreMulSum && coll.Reduces() && !ms[0].equal {
+		for r, err := range errs {
+			require.ErrorIs(t, err, collectives.ErrNotSupported, "rank %d: a PreMulSum across unequal nodes", r)
+		}
+		return
+	}
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
@@ -445,10 +469,14 @@ func checkComposed(t *testing.T, ms []*multi, s *fakeSpace, rng *rand.Rand, coll
 			v := i32s(inputs[r][block*B : (block+1)*B])
 			for i := range out {
 				switch {
+				case r == 0 && op == collectives.PreMulSum:
+					out[i] = v[i] * 2
 				case r == 0:
 					out[i] = v[i]
 				case op == collectives.Sum:
 					out[i] += v[i]
+				case op == collectives.PreMulSum:
+					out[i] += v[i] * int32(r+2)
 				default:
 					out[i] = max(out[i], v[i])
 				}
