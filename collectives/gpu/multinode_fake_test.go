@@ -1,9 +1,9 @@
 package gpu
 
 import (
-	"errors"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
