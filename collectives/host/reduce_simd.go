@@ -58,7 +58,7 @@ func isaName(isa int) string {
 }
 
 // vecKernels maps (type, op) to a vector kernel, -1 where the Go kernel
-// stays (the 8- and 32-bit averages, which sum in 64 bits).
+// stays.
 var vecKernels = func() (k [10][5]int) {
 	for t := range k {
 		for o := range k[t] {
@@ -68,10 +68,10 @@ var vecKernels = func() (k [10][5]int) {
 	set := func(t collectives.DataType, sum, prod, mn, mx, avg int) {
 		k[t] = [5]int{collectives.Sum: sum, collectives.Prod: prod, collectives.Min: mn, collectives.Max: mx, collectives.Avg: avg}
 	}
-	set(collectives.Int8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_I8_MIN, C.GR_I8_MAX, -1)
-	set(collectives.Uint8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_U8_MIN, C.GR_U8_MAX, -1)
-	set(collectives.Int32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_I32_MIN, C.GR_I32_MAX, -1)
-	set(collectives.Uint32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_U32_MIN, C.GR_U32_MAX, -1)
+	set(collectives.Int8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_I8_MIN, C.GR_I8_MAX, C.GR_I8_AVG)
+	set(collectives.Uint8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_U8_MIN, C.GR_U8_MAX, C.GR_U8_AVG)
+	set(collectives.Int32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_I32_MIN, C.GR_I32_MAX, C.GR_I32_AVG)
+	set(collectives.Uint32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_U32_MIN, C.GR_U32_MAX, C.GR_U32_AVG)
 	set(collectives.Int64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_I64_MIN, C.GR_I64_MAX, C.GR_I64_AVG)
 	set(collectives.Uint64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_U64_MIN, C.GR_U64_MAX, C.GR_U64_AVG)
 	set(collectives.Float32, C.GR_F32_SUM, C.GR_F32_PROD, C.GR_F32_MIN, C.GR_F32_MAX, C.GR_F32_AVG)
