@@ -13,9 +13,9 @@ import (
 // parity, arrives, waits for all, and reads its peers' halves. The first
 // round also publishes and checks the call's descriptor.
 
-// A call's descriptor: collective, type, op, root, count, and the call's
-// number (Args.Seq, counted alike on every rank).
-const descBytes = 32
+// A call's descriptor: collective, type and op (a byte each), root,
+// count, and the call's number (Args.Seq, counted alike on every rank).
+const descBytes = 24
 
 // sync is the barrier of a round; on the first one of a call it also
 // checks that every rank is in the same call, and makes it the same way.
@@ -56,25 +56,24 @@ func encodeDesc(d []byte, a *collectives.Args) {
 	if !a.Coll.Rooted() {
 		root = 0
 	}
-	binary.LittleEndian.PutUint32(d[0:], uint32(a.Coll))
-	binary.LittleEndian.PutUint32(d[4:], uint32(a.Type))
-	binary.LittleEndian.PutUint32(d[8:], uint32(op))
-	binary.LittleEndian.PutUint32(d[12:], uint32(root))
-	binary.LittleEndian.PutUint64(d[16:], uint64(a.Count))
-	binary.LittleEndian.PutUint64(d[24:], a.Seq)
+	d = d[:descBytes]
+	d[0], d[1], d[2], d[3] = byte(a.Coll), byte(a.Type), byte(op), 0
+	binary.LittleEndian.PutUint32(d[4:], uint32(root))
+	binary.LittleEndian.PutUint64(d[8:], uint64(a.Count))
+	binary.LittleEndian.PutUint64(d[16:], a.Seq)
 }
 
-func descSeq(d []byte) uint64 { return binary.LittleEndian.Uint64(d[24:]) }
+func descSeq(d []byte) uint64 { return binary.LittleEndian.Uint64(d[16:]) }
 
 func describeDesc(d []byte) string {
 	le := binary.LittleEndian
-	c := collectives.Collective(le.Uint32(d[0:]))
-	s := fmt.Sprintf("%s of %d %s", c, le.Uint64(d[16:]), collectives.DataType(le.Uint32(d[4:])))
+	c := collectives.Collective(d[0])
+	s := fmt.Sprintf("%s of %d %s", c, le.Uint64(d[8:]), collectives.DataType(d[1]))
 	if c.Reduces() {
-		s += " " + collectives.Op(le.Uint32(d[8:])).String()
+		s += " " + collectives.Op(d[2]).String()
 	}
 	if c.Rooted() {
-		s += fmt.Sprintf(" root %d", le.Uint32(d[12:]))
+		s += fmt.Sprintf(" root %d", le.Uint32(d[4:]))
 	}
 	return s
 }
@@ -93,15 +92,31 @@ func span(m, n, q int) (lo, hi int) {
 // floating-point results do not depend on which rank reduces. Only rank
 // 0's source may alias the destination of a reduceFunc.
 func (b *backend) sources(own []byte, p, lo, hi int) [][]byte {
+	return b.sourcesIn(b.stage[p], own, lo, hi)
+}
+
+// sourcesIn is sources from area[q] (a staging half or the boxes of one
+// parity) for every rank q.
+func (b *backend) sourcesIn(area [][]byte, own []byte, lo, hi int) [][]byte {
 	s := b.srcs[:0]
 	for q := 0; q < b.n; q++ {
 		if q == b.rank {
 			s = append(s, own)
 		} else {
-			s = append(s, b.stage[p][q][lo:hi])
+			s = append(s, area[q][lo:hi])
 		}
 	}
 	return s
+}
+
+// area is where the data of a round of m bytes goes at parity p: the
+// boxes, in the descriptor's cache line and those after it, when it fits
+// there, else the staging halves.
+func (b *backend) area(p, m int) [][]byte {
+	if m <= boxData {
+		return b.box[p]
+	}
+	return b.stage[p]
 }
 
 // allReduceOneShot: every rank stages its chunk; every rank reduces all.
@@ -115,7 +130,8 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
 		p := b.parity()
-		mine := b.stage[p][b.rank][:m]
+		area := b.area(p, total)
+		mine := area[b.rank][:m]
 		copy(mine, send[off:off+m])
 		if err := b.sync(ctx, a, &first); err != nil {
 			return err
@@ -123,52 +139,111 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all
 		// The staged copy, not send, is this rank's source: send may be
 		// recv, and the reduction visits ranks in order.
 		if reduces {
-			red(recv[off:off+m], b.sources(mine, p, 0, m), b.n, &b.sc)
+			red(recv[off:off+m], b.sourcesIn(area, mine, 0, m), b.n, &b.sc)
 		}
 	}
 	return nil
 }
 
-// allReduceTwoShot is a reduce-scatter then all-gather per chunk: each
-// rank stages the parts its peers reduce, reduces its own part from every
-// rank's staging, publishes the result, and gathers the others'. With all
-// false it is Reduce: only the root gathers.
+// allReduceTwoShot is a reduce-scatter then all-gather per chunk, one
+// step per chunk: at each step every rank publishes, in its staging half
+// of the step's parity, the parts of chunk k its peers reduce (the inputs
+// region, the first half of the staging half) and its own reduced part of
+// chunk k-1 (the results region, the second half). Between steps each
+// rank gathers its peers' results of chunk k-1, reduces its part of chunk
+// k from its send buffer and the peers' inputs, and stages chunk k+1.
+// With all false it is Reduce: only the root gathers.
+//
+// Each byte of send is read once, each byte of recv written once; the
+// staging a rank writes is read by its peers while still in cache, as
+// chunks are sized for that. Results go to recv with stores that bypass
+// the caches once the call is large enough to evict staging otherwise.
 func (b *backend) allReduceTwoShot(ctx context.Context, a *collectives.Args, all bool) error {
 	total := a.Count * a.Type.Size()
 	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
 	red := reducer(a.Type, a.Op)
 	gathers := all || b.rank == a.Root
-	first := true
-	for off := 0; off < total; off += b.cfg.StagingBytes {
-		m := min(b.cfg.StagingBytes, total-off)
+	out := copyCached
+	if total >= ntMinBytes {
+		out = copyNT
+	}
+	chunk := b.twoShotChunk()
+	// stage publishes the peers' parts of the chunk at off in half p.
+	stage := func(off, p int) {
+		m := min(chunk, total-off)
 		lo, hi := span(m, b.n, b.rank)
-		p := b.parity()
 		st := b.stage[p][b.rank]
-		copy(st[:lo], send[off:off+lo])
-		copy(st[hi:m], send[off+hi:off+m])
-		if err := b.sync(ctx, a, &first); err != nil {
-			return err
+		copyCached(st[:lo], send[off:off+lo])
+		copyCached(st[hi:m], send[off+hi:off+m])
+	}
+	// gather copies the peers' results of the chunk at off from half p.
+	gather := func(off, p int) {
+		m := min(chunk, total-off)
+		for q := 0; q < b.n; q++ {
+			if q != b.rank {
+				lo, hi := span(m, b.n, q)
+				out(recv[off+lo:off+hi], b.stage[p][q][chunk+lo:chunk+hi])
+			}
 		}
-		// Reduce into staging (never a source), then copy out: send may
-		// be recv.
-		res := b.stage[p^1][b.rank][lo:hi]
-		red(res, b.sources(send[off+lo:off+hi], p, lo, hi), b.n, &b.sc)
-		if gathers {
-			copy(recv[off+lo:off+hi], res)
+	}
+	first := true
+	stage(0, b.parity())
+	if err := b.sync(ctx, a, &first); err != nil {
+		return err
+	}
+	for off := 0; off < total; off += chunk {
+		p := int(b.step & 1)
+		if gathers && off > 0 {
+			gather(off-chunk, p)
+		}
+		// Reduce into staging (never a source), in pieces that stay in L1
+		// for the copy out: send may be recv.
+		m := min(chunk, total-off)
+		lo, hi := span(m, b.n, b.rank)
+		res := b.stage[p^1][b.rank][chunk : 2*chunk]
+		for x := lo; x < hi; x += reducePiece {
+			y := min(x+reducePiece, hi)
+			red(res[x:y], b.sources(send[off+x:off+y], p, x, y), b.n, &b.sc)
+			if gathers {
+				out(recv[off+x:off+y], res[x:y])
+			}
+		}
+		if off+chunk < total {
+			stage(off+chunk, p^1)
 		}
 		if err := b.barrier(ctx); err != nil {
 			return err
 		}
-		if gathers {
-			for q := 0; q < b.n; q++ {
-				if q != b.rank {
-					qlo, qhi := span(m, b.n, q)
-					copy(recv[off+qlo:off+qhi], b.stage[p^1][q][qlo:qhi])
-				}
-			}
-		}
+	}
+	if gathers {
+		gather((total-1)/chunk*chunk, int(b.step&1))
 	}
 	return nil
+}
+
+// Two-shot chunks and copies. A chunk is at most half a staging half (the
+// inputs and the results regions) and at most twoShotChunkMax, so that a
+// step's staging stays in the caches of the ranks that exchange it.
+const (
+	twoShotChunkMax = 1 << 20
+	reducePiece     = 32 << 10 // reduced into staging, then copied out while in L1
+	ntMinBytes      = 4 << 20  // calls from here write recv around the caches
+	cachedCopyMax   = 512 << 10
+)
+
+func (b *backend) twoShotChunk() int {
+	return min(b.cfg.StagingBytes/2/lineBytes*lineBytes, twoShotChunkMax)
+}
+
+// copyCached copies src into dst with ordinary stores, in pieces small
+// enough that Go's copy never switches to stores that bypass the caches
+// (it does from 1 MiB): the destination is staging a peer reads next.
+func copyCached(dst, src []byte) {
+	for len(src) > cachedCopyMax {
+		copy(dst[:cachedCopyMax], src[:cachedCopyMax])
+		dst, src = dst[cachedCopyMax:], src[cachedCopyMax:]
+	}
+	copy(dst, src)
 }
 
 // broadcast pipelines the root's buffer through its staging.
@@ -184,14 +259,15 @@ func (b *backend) broadcast(ctx context.Context, a *collectives.Args) error {
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
 		p := b.parity()
+		area := b.area(p, total)
 		if root {
-			copy(b.stage[p][b.rank][:m], send[off:off+m])
+			copyCached(area[b.rank][:m], send[off:off+m])
 		}
 		if err := b.sync(ctx, a, &first); err != nil {
 			return err
 		}
 		if !root {
-			copy(recv[off:off+m], b.stage[p][a.Root][:m])
+			copy(recv[off:off+m], area[a.Root][:m])
 		}
 	}
 	if root && a.Send != a.Recv {
@@ -211,13 +287,14 @@ func (b *backend) allGather(ctx context.Context, a *collectives.Args) error {
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
 		p := b.parity()
-		copy(b.stage[p][b.rank][:m], send[off:off+m])
+		area := b.area(p, total)
+		copyCached(area[b.rank][:m], send[off:off+m])
 		if err := b.sync(ctx, a, &first); err != nil {
 			return err
 		}
 		for q := 0; q < b.n; q++ {
 			if q != b.rank {
-				copy(recv[q*total+off:q*total+off+m], b.stage[p][q][:m])
+				copy(recv[q*total+off:q*total+off+m], area[q][:m])
 			}
 		}
 	}

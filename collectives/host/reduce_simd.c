@@ -378,3 +378,53 @@ void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int ns
 		table_sse2[kernel]((void *)dst, srcs, nsrc, n, nranks);
 	}
 }
+
+// Copies out of the backend into a caller's buffer that the backend will
+// not read again: stores that bypass the caches, so that a large result
+// neither costs a read of the destination's old lines nor evicts the
+// staging the ranks still exchange. The fence orders them before the
+// arrival that follows.
+#include <immintrin.h>
+
+#define COPY_NT(ISA, ATTR, VS, VT, LOADU, STREAM)                                      \
+	ATTR static void copy_nt_##ISA(char *d, const char *s, size_t n) {                 \
+		size_t head = (VS - ((uintptr_t)d & (VS - 1))) & (VS - 1);                     \
+		if (head > n) head = n;                                                        \
+		memcpy(d, s, head);                                                            \
+		d += head, s += head, n -= head;                                               \
+		for (; n >= 4 * VS; d += 4 * VS, s += 4 * VS, n -= 4 * VS) {                   \
+			VT a = LOADU((const void *)s), b = LOADU((const void *)(s + VS));          \
+			VT c = LOADU((const void *)(s + 2 * VS)), e = LOADU((const void *)(s + 3 * VS)); \
+			STREAM((void *)d, a);                                                      \
+			STREAM((void *)(d + VS), b);                                               \
+			STREAM((void *)(d + 2 * VS), c);                                           \
+			STREAM((void *)(d + 3 * VS), e);                                           \
+		}                                                                              \
+		for (; n >= VS; d += VS, s += VS, n -= VS) STREAM((void *)d, LOADU((const void *)s)); \
+		memcpy(d, s, n);                                                               \
+		_mm_sfence();                                                                  \
+	}
+
+#define SSE_LOADU(p) _mm_loadu_si128((const __m128i *)(p))
+#define SSE_STREAM(p, v) _mm_stream_si128((__m128i *)(p), v)
+#define AVX_LOADU(p) _mm256_loadu_si256((const __m256i *)(p))
+#define AVX_STREAM(p, v) _mm256_stream_si256((__m256i *)(p), v)
+#define AVX512_LOADU(p) _mm512_loadu_si512(p)
+#define AVX512_STREAM(p, v) _mm512_stream_si512((void *)(p), v)
+
+COPY_NT(sse2, , 16, __m128i, SSE_LOADU, SSE_STREAM)
+COPY_NT(avx2, __attribute__((target("avx2"))), 32, __m256i, AVX_LOADU, AVX_STREAM)
+COPY_NT(avx512, __attribute__((target("avx512f"))), 64, __m512i, AVX512_LOADU, AVX512_STREAM)
+
+void gr_copy_nt(int isa, uintptr_t dst, uintptr_t src, size_t n) {
+	switch (isa) {
+	case GR_AVX512:
+		copy_nt_avx512((char *)dst, (const char *)src, n);
+		break;
+	case GR_AVX2:
+		copy_nt_avx2((char *)dst, (const char *)src, n);
+		break;
+	default:
+		copy_nt_sse2((char *)dst, (const char *)src, n);
+	}
+}

@@ -108,3 +108,20 @@ func vectorize(t collectives.DataType, op collectives.Op, isa int, scalar reduce
 		runtime.KeepAlive(srcs)
 	}
 }
+
+// copyISA is the instruction set of copyNT.
+var copyISA = bestISA()
+
+// copyNT copies src into dst (the same length, not overlapping) with
+// stores that bypass the caches: for results the backend does not read
+// again, large enough to push its staging out of the caches otherwise.
+func copyNT(dst, src []byte) {
+	if len(dst) < vecMinBytes {
+		copy(dst, src)
+		return
+	}
+	C.gr_copy_nt(C.int(copyISA), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))),
+		C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(src)))), C.size_t(len(src)))
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
+}

@@ -23,3 +23,7 @@ enum {
 // elements (nsrc >= 2; only srcs[0] may be dst), then for avg divides by
 // nranks.
 void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int nsrc, size_t n, int nranks);
+
+// gr_copy_nt copies n bytes from src to dst (not overlapping) with stores
+// that bypass the caches, then fences them.
+void gr_copy_nt(int isa, uintptr_t dst, uintptr_t src, size_t n);

@@ -14,14 +14,22 @@ import (
 	"github.com/goccl/goccl/collectives"
 )
 
-// Ranks synchronize in steps. Each rank owns a step counter in its own
-// segment; arriving at step s stores s there, and waiting for step s
-// reads every peer's counter until it reaches s. A rank therefore never
-// runs more than one step ahead of any peer, which is what makes staging
-// reuse safe: data written for step s lives in the staging half of parity
-// s&1, peers read it only between waiting for s and arriving at s+1, and
-// the writer touches that half again only at step s+2, after waiting for
-// s+1, by when every peer has finished reading.
+// Ranks synchronize in steps. Each rank owns two boxes in its own
+// segment, one per step parity, each a step counter, the call's
+// descriptor and a small data area in cache lines of their own; arriving
+// at step s stores s in the counter of box s&1, and waiting for step s
+// reads every peer's counter of box s&1 until it reaches s. A rank
+// therefore never runs more than one step ahead of any peer, which is
+// what makes staging reuse safe: data written for step s lives in the box
+// and the staging half of parity s&1, peers read it only between waiting
+// for s and arriving at s+1, and the writer touches them again only at
+// step s+2, after waiting for s+1, by when every peer has finished
+// reading.
+//
+// The counter, the descriptor and the first bytes of data share one cache
+// line, written last to first: a peer that sees the counter has the
+// descriptor and a small call's data in the same transfer, so that a
+// small call costs one line's trip between the ranks' caches each way.
 //
 // Waiting spins (a rank alone in its process, with a CPU per rank, for up
 // to spinFor), then yields, then naps with growing sleeps (parking only
@@ -32,11 +40,15 @@ import (
 // the context and the deadline are polled.
 
 const (
-	offSeq     = 0   // this rank's step counter (futex word)
-	offWaiters = 64  // how many peers sleep on offSeq
-	offAbort   = 128 // rank 0's is the job's: 1 + the rank that aborted
-	offDesc    = 192 // two call descriptors, by step parity, 64 bytes apart
-	offClosed  = 320 // nonzero once this rank has closed its communicator
+	offWaiters = 64   // how many peers sleep on this rank's counters
+	offAbort   = 128  // rank 0's is the job's: 1 + the rank that aborted
+	offClosed  = 320  // nonzero once this rank has closed its communicator
+	offBox     = 2048 // the two boxes, by step parity (1024-2047 is p2p.go's)
+	boxStride  = 1024
+	boxCounter = 0  // in a box: the step counter (futex word)
+	boxDesc    = 8  // the call's descriptor (descBytes)
+	boxHead    = 32 // the data, from here to the box's end
+	boxData    = boxStride - boxHead
 	ctrlBytes  = 4096
 
 	spinLoads  = 512
@@ -75,11 +87,12 @@ func reached(v, s uint32) bool { return int32(v-s) >= 0 }
 func (b *backend) barrier(ctx context.Context) error {
 	b.step++
 	s := b.step
-	atomic.StoreUint32(b.seq[b.rank], s)
+	seq := b.seq[s&1]
+	atomic.StoreUint32(seq[b.rank], s)
 	if atomic.LoadUint32(b.waiters[b.rank]) != 0 {
-		futexWake(b.seq[b.rank])
+		futexWake(seq[b.rank])
 	}
-	for q, w := range b.seq {
+	for q, w := range seq {
 		if q != b.rank && !reached(atomic.LoadUint32(w), s) {
 			if err := b.waitSlow(ctx, q, s); err != nil {
 				return err
@@ -93,7 +106,7 @@ func (b *backend) barrier(ctx context.Context) error {
 func (b *backend) parity() int { return int((b.step + 1) & 1) }
 
 func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
-	w := b.seq[q]
+	w := b.seq[s&1][q]
 	for i := 0; i < b.spins; i++ {
 		if reached(atomic.LoadUint32(w), s) {
 			return nil
@@ -241,8 +254,10 @@ func (b *backend) fail(err error) error {
 				blamed = pe.Rank
 			}
 			atomic.CompareAndSwapUint32(b.abortWord, 0, uint32(blamed)+1)
-			for _, w := range b.seq {
-				futexWake(w)
+			for _, seq := range b.seq {
+				for _, w := range seq {
+					futexWake(w)
+				}
 			}
 			b.p2p.wakeAll() // ranks asleep in point-to-point waits
 		}
@@ -265,7 +280,8 @@ func (b *backend) PeerClosed(q int) {
 		return
 	}
 	atomic.StoreUint32(word(b.seg.Peer(q), offClosed), 1)
-	futexWake(b.seq[q])
+	futexWake(b.seq[0][q])
+	futexWake(b.seq[1][q])
 	if b.p2p.bells != nil {
 		futexWake(b.p2p.bells[b.rank]) // point-to-point waits sleep here
 	}
