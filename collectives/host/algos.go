@@ -109,6 +109,15 @@ func (b *backend) sourcesIn(area [][]byte, own []byte, lo, hi int) [][]byte {
 	return s
 }
 
+// boxLinesOf is how many cache lines after the counter's a call of m
+// bytes in the box spans (0 for calls in the staging halves).
+func boxLinesOf(m int) int {
+	if m > boxData {
+		return 0
+	}
+	return (boxHead + m - 1) / lineBytes
+}
+
 // area is where the data of a round of m bytes goes at parity p: the
 // boxes, in the descriptor's cache line and those after it, when it fits
 // there, else the staging halves.
@@ -133,7 +142,10 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all
 		area := b.area(p, total)
 		mine := area[b.rank][:m]
 		copy(mine, send[off:off+m])
-		if err := b.sync(ctx, a, &first); err != nil {
+		b.boxLines = boxLinesOf(total)
+		err := b.sync(ctx, a, &first)
+		b.boxLines = 0
+		if err != nil {
 			return err
 		}
 		// The staged copy, not send, is this rank's source: send may be

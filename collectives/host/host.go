@@ -33,6 +33,8 @@ type backend struct {
 	spins     int           // busy polls before yielding (0 when oversubscribed)
 	napFor    time.Duration // goroutine naps before futex sleeps (ranks sharing a process)
 	spinLeft  time.Duration // spinWait's budget now, adapted to how waits end (sync.go)
+	boxLines  int           // lines of box data after the counter's the current wait touches
+	sink      uint32        // where spinTouching's loads go
 
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch

@@ -51,7 +51,7 @@ const (
 	boxData    = boxStride - boxHead
 	ctrlBytes  = 4096
 
-	spinLoads  = 512
+	spinLoads  = 4096 // polls before the clock is first read: a small call's whole wait
 	yieldLoops = 64
 	// spinFor bounds the busy wait of a rank alone in its process on a
 	// machine with a CPU per rank: a small call's peer normally arrives
@@ -63,7 +63,10 @@ const (
 	// few hundred microseconds are enough for that, and bound what a wait
 	// on a peer that really shares this CPU costs before it sleeps.
 	spinFor = 300 * time.Microsecond
-	minSpin = 5 * time.Microsecond // the least spinWait's budget falls to
+	// minSpin is the least spinWait's budget falls to: ranks that end up
+	// taking turns on one CPU of a busy machine pay about twice it per
+	// call on top of two context switches.
+	minSpin = 1 * time.Microsecond
 	// yieldFor bounds the phase after the budget, polling with an OS yield
 	// between rounds: a peer waiting for this CPU then runs at once, for
 	// the price of two context switches rather than a futex wake-up.
@@ -107,9 +110,15 @@ func (b *backend) parity() int { return int((b.step + 1) & 1) }
 
 func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 	w := b.seq[s&1][q]
-	for i := 0; i < b.spins; i++ {
-		if reached(atomic.LoadUint32(w), s) {
+	if b.boxLines > 0 {
+		if b.spinTouching(w, s) {
 			return nil
+		}
+	} else {
+		for i := 0; i < b.spins; i++ {
+			if reached(atomic.LoadUint32(w), s) {
+				return nil
+			}
 		}
 	}
 	if b.spins > 0 && b.napFor == 0 {
@@ -172,6 +181,28 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 		}
 		atomic.AddUint32(b.waiters[q], ^uint32(0))
 	}
+}
+
+// spinTouching is the first spin of a wait for a call whose data spans
+// boxLines cache lines of the box after the counter's: each round also
+// loads a word of each of them, so that the lines the peer writes before
+// its counter travel while the counter's line is awaited, rather than
+// after it. The data itself is read only once the counter is seen (x86
+// keeps loads in order, so it is the peer's newest), and the loads here
+// are discarded.
+func (b *backend) spinTouching(w *uint32, s uint32) bool {
+	var sum uint32
+	for i := b.spins / (1 + b.boxLines); i > 0; i-- {
+		if reached(atomic.LoadUint32(w), s) {
+			b.sink = sum
+			return true
+		}
+		for j := 1; j <= b.boxLines; j++ {
+			sum += atomic.LoadUint32((*uint32)(unsafe.Add(unsafe.Pointer(w), j*lineBytes)))
+		}
+	}
+	b.sink = sum
+	return false
 }
 
 // spinWait polls w for up to spinFor; it reports whether step s was
