@@ -170,67 +170,100 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all
 // staging a rank writes is read by its peers while still in cache, as
 // chunks are sized for that. Results go to recv with stores that bypass
 // the caches once the call is large enough to evict staging otherwise.
+// The three jobs of a step advance together, a piece of each in turn, so
+// that reading send from memory overlaps writing recv to it, as in a
+// memcpy, rather than the two alternating by the half chunk.
 func (b *backend) allReduceTwoShot(ctx context.Context, a *collectives.Args, all bool) error {
 	total := a.Count * a.Type.Size()
-	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
-	red := reducer(a.Type, a.Op)
+	t := twoShot{b: b, send: hostBytes(a.Send, total), recv: hostBytes(a.Recv, total), total: total,
+		chunk: b.twoShotChunk(), red: reducer(a.Type, a.Op), out: copyCached}
 	gathers := all || b.rank == a.Root
-	out := copyCached
 	if total >= ntMinBytes {
-		out = copyNT
+		t.out = copyNT
 	}
-	chunk := b.twoShotChunk()
-	// stage publishes the peers' parts of the chunk at off in half p.
-	stage := func(off, p int) {
-		m := min(chunk, total-off)
-		lo, hi := span(m, b.n, b.rank)
-		st := b.stage[p][b.rank]
-		copyCached(st[:lo], send[off:off+lo])
-		copyCached(st[hi:m], send[off+hi:off+m])
-	}
-	// gather copies the peers' results of the chunk at off from half p.
-	gather := func(off, p int) {
-		m := min(chunk, total-off)
-		for q := 0; q < b.n; q++ {
-			if q != b.rank {
-				lo, hi := span(m, b.n, q)
-				out(recv[off+lo:off+hi], b.stage[p][q][chunk+lo:chunk+hi])
-			}
-		}
+	per := 0 // the longest part of a chunk
+	for q := 0; q < b.n; q++ {
+		lo, hi := span(t.chunk, b.n, q)
+		per = max(per, hi-lo)
 	}
 	first := true
-	stage(0, b.parity())
+	t.stage(0, b.parity(), 0, per)
 	if err := b.sync(ctx, a, &first); err != nil {
 		return err
 	}
-	for off := 0; off < total; off += chunk {
+	for off := 0; off < total; off += t.chunk {
 		p := int(b.step & 1)
-		if gathers && off > 0 {
-			gather(off-chunk, p)
-		}
-		// Reduce into staging (never a source), in pieces that stay in L1
-		// for the copy out: send may be recv.
-		m := min(chunk, total-off)
-		lo, hi := span(m, b.n, b.rank)
-		res := b.stage[p^1][b.rank][chunk : 2*chunk]
-		for x := lo; x < hi; x += reducePiece {
-			y := min(x+reducePiece, hi)
-			red(res[x:y], b.sources(send[off+x:off+y], p, x, y), b.n, &b.sc)
-			if gathers {
-				out(recv[off+x:off+y], res[x:y])
+		for x := 0; x < per; x += piece {
+			y := min(x+piece, per)
+			if gathers && off > 0 {
+				t.gather(off-t.chunk, p, x, y)
 			}
-		}
-		if off+chunk < total {
-			stage(off+chunk, p^1)
+			t.reduce(off, p, x, y, gathers)
+			if off+t.chunk < total {
+				t.stage(off+t.chunk, p^1, x, y)
+			}
 		}
 		if err := b.barrier(ctx); err != nil {
 			return err
 		}
 	}
 	if gathers {
-		gather((total-1)/chunk*chunk, int(b.step&1))
+		t.gather((total-1)/t.chunk*t.chunk, int(b.step&1), 0, per)
 	}
 	return nil
+}
+
+// twoShot is one two-shot call. Its jobs work on bytes [x, y) of each
+// part of the chunk at off (parts are span's, of the chunk's own length).
+type twoShot struct {
+	b            *backend
+	send, recv   []byte
+	total, chunk int
+	red          reduceFunc
+	out          func(dst, src []byte)
+}
+
+// part is bytes [x, y) of rank q's part of the chunk at off, as offsets
+// into the chunk (empty where the part is shorter).
+func (t *twoShot) part(off, q, x, y int) (lo, hi int) {
+	plo, phi := span(min(t.chunk, t.total-off), t.b.n, q)
+	return min(plo+x, phi), min(plo+y, phi)
+}
+
+// stage publishes the peers' parts of the chunk at off in half p.
+func (t *twoShot) stage(off, p, x, y int) {
+	st := t.b.stage[p][t.b.rank]
+	for q := 0; q < t.b.n; q++ {
+		if q != t.b.rank {
+			lo, hi := t.part(off, q, x, y)
+			copyCached(st[lo:hi], t.send[off+lo:off+hi])
+		}
+	}
+}
+
+// reduce reduces this rank's part of the chunk at off from half p into
+// the results region of half p^1 (never a source: send may be recv), and
+// copies it out when this rank gathers.
+func (t *twoShot) reduce(off, p, x, y int, gathers bool) {
+	lo, hi := t.part(off, t.b.rank, x, y)
+	if lo == hi {
+		return
+	}
+	res := t.b.stage[p^1][t.b.rank][t.chunk+lo : t.chunk+hi]
+	t.red(res, t.b.sources(t.send[off+lo:off+hi], p, lo, hi), t.b.n, &t.b.sc)
+	if gathers {
+		t.out(t.recv[off+lo:off+hi], res)
+	}
+}
+
+// gather copies the peers' results of the chunk at off from half p.
+func (t *twoShot) gather(off, p, x, y int) {
+	for q := 0; q < t.b.n; q++ {
+		if q != t.b.rank {
+			lo, hi := t.part(off, q, x, y)
+			t.out(t.recv[off+lo:off+hi], t.b.stage[p][q][t.chunk+lo:t.chunk+hi])
+		}
+	}
 }
 
 // Two-shot chunks and copies. A chunk is at most half a staging half (the
@@ -238,7 +271,7 @@ func (b *backend) allReduceTwoShot(ctx context.Context, a *collectives.Args, all
 // step's staging stays in the caches of the ranks that exchange it.
 const (
 	twoShotChunkMax = 1 << 20
-	reducePiece     = 32 << 10 // reduced into staging, then copied out while in L1
+	piece           = 64 << 10 // each job's share of a round, copied out while in L2
 	ntMinBytes      = 4 << 20  // calls from here write recv around the caches
 	cachedCopyMax   = 512 << 10
 )
