@@ -2,16 +2,25 @@
 // counterpart of allreduce_mpi.c for bench/mpi/compare. Run it under
 // `goccl run -np N`. Rank 0 prints one line per size, "bytes median_us",
 // then "memcpy bytes median_us" for a plain copy of the largest size.
-// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST]
+// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST] [-bind=false]
+//
+// Each rank binds itself to CPU rank mod NumCPU, as mpirun binds ranks to
+// cores by default: ranks the OS lets float can end up taking turns on
+// one CPU of a busy machine, which measures the scheduler.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goccl/goccl/comm"
 )
@@ -22,20 +31,26 @@ func main() {
 	iters := flag.Int("n", 200, "timed calls per size")
 	warmup := flag.Int("w", 20, "warm-up calls per size")
 	first := flag.Int("W", 2000, "warm-up calls of the smallest size before the first")
+	bind := flag.Bool("bind", true, "bind each rank to one CPU (rank mod NumCPU), as mpirun does")
 	flag.Parse()
-	if err := run(*minB, *maxB, *iters, *warmup, *first); err != nil {
+	if err := run(*minB, *maxB, *iters, *warmup, *first, *bind); err != nil {
 		fmt.Fprintln(os.Stderr, "gocclar:", err)
 		os.Exit(1)
 	}
 }
 
-func run(minB, maxB, iters, warmup, first int) error {
+func run(minB, maxB, iters, warmup, first int, bind bool) error {
 	ctx := context.Background()
 	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if bind {
+		if err := bindTo(c.Rank() % runtime.NumCPU()); err != nil {
+			return err
+		}
+	}
 	maxN := maxB / 4
 	send, recv := make([]float32, maxN), make([]float32, maxN)
 	for i := range send {
@@ -85,6 +100,28 @@ func run(minB, maxB, iters, warmup, first int) error {
 		fmt.Printf("memcpy %d %.3f\n", maxN*4, median(t[:min(len(t), 50)]))
 	}
 	return c.Barrier(ctx)
+}
+
+// bindTo binds every thread of this process to CPU cpu (threads made
+// later inherit the mask of the one that makes them).
+func bindTo(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("bind to CPU %d: %w", cpu, err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		// A thread that exited since the listing is no loss.
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("bind thread %d to CPU %d: %w", tid, cpu, err)
+		}
+	}
+	return nil
 }
 
 func median(t []time.Duration) float64 {
