@@ -4,20 +4,19 @@
 // then "memcpy bytes median_us" for a plain copy of the largest size.
 // Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST] [-bind=false]
 //
-// Each rank binds itself to CPU rank mod NumCPU, as mpirun binds ranks to
-// cores by default: ranks the OS lets float can end up taking turns on
-// one CPU of a busy machine, which measures the scheduler.
+// Each rank binds its calling thread to CPU rank mod NumCPU, as mpirun
+// binds ranks to cores by default: ranks the OS lets float can end up
+// taking turns on one CPU of a busy machine, which measures the
+// scheduler.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -102,24 +101,16 @@ func run(minB, maxB, iters, warmup, first int, bind bool) error {
 	return c.Barrier(ctx)
 }
 
-// bindTo binds every thread of this process to CPU cpu (threads made
-// later inherit the mask of the one that makes them).
+// bindTo binds the thread that makes the calls to CPU cpu and keeps the
+// calling goroutine on it. The process's other threads float: bound to
+// the same CPU, the runtime's and the communicator's background work
+// would wait there behind a spinning rank.
 func bindTo(cpu int) error {
+	runtime.LockOSThread()
 	var set unix.CPUSet
 	set.Set(cpu)
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		return fmt.Errorf("bind to CPU %d: %w", cpu, err)
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		// A thread that exited since the listing is no loss.
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("bind thread %d to CPU %d: %w", tid, cpu, err)
-		}
 	}
 	return nil
 }
