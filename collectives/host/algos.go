@@ -141,7 +141,7 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all
 		p := b.parity()
 		area := b.area(p, total)
 		mine := area[b.rank][:m]
-		copy(mine, send[off:off+m])
+		copyCached(mine, send[off:off+m])
 		b.boxLines = boxLinesOf(total)
 		err := b.sync(ctx, a, &first)
 		b.boxLines = 0
@@ -361,7 +361,7 @@ func (b *backend) reduceScatter(ctx context.Context, a *collectives.Args) error 
 		st := b.stage[p][b.rank]
 		for q := 0; q < b.n; q++ {
 			if q != b.rank {
-				copy(st[q*slot:q*slot+m], send[q*total+off:q*total+off+m])
+				copyCached(st[q*slot:q*slot+m], send[q*total+off:q*total+off+m])
 			}
 		}
 		if err := b.sync(ctx, a, &first); err != nil {
