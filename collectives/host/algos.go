@@ -35,7 +35,7 @@ func (b *backend) sync(ctx context.Context, a *collectives.Args, first *bool) er
 	mine := b.desc[p][b.rank]
 	for q := 0; q < b.n; q++ {
 		theirs := b.desc[p][q]
-		if string(theirs) == string(mine) {
+		if q == b.rank || string(theirs) == string(mine) {
 			continue
 		}
 		if descSeq(theirs) != descSeq(mine) {
