@@ -13,9 +13,9 @@ import (
 // parity, arrives, waits for all, and reads its peers' halves. The first
 // round also publishes and checks the call's descriptor.
 
-// A call's descriptor: collective, type, op, root, count, and the call's
-// number (Args.Seq, counted alike on every rank).
-const descBytes = 32
+// A call's descriptor: collective, type and op (a byte each), root,
+// count, and the call's number (Args.Seq, counted alike on every rank).
+const descBytes = 24
 
 // sync is the barrier of a round; on the first one of a call it also
 // checks that every rank is in the same call, and makes it the same way.
@@ -35,7 +35,7 @@ func (b *backend) sync(ctx context.Context, a *collectives.Args, first *bool) er
 	mine := b.desc[p][b.rank]
 	for q := 0; q < b.n; q++ {
 		theirs := b.desc[p][q]
-		if string(theirs) == string(mine) {
+		if q == b.rank || string(theirs) == string(mine) {
 			continue
 		}
 		if descSeq(theirs) != descSeq(mine) {
@@ -56,25 +56,24 @@ func encodeDesc(d []byte, a *collectives.Args) {
 	if !a.Coll.Rooted() {
 		root = 0
 	}
-	binary.LittleEndian.PutUint32(d[0:], uint32(a.Coll))
-	binary.LittleEndian.PutUint32(d[4:], uint32(a.Type))
-	binary.LittleEndian.PutUint32(d[8:], uint32(op))
-	binary.LittleEndian.PutUint32(d[12:], uint32(root))
-	binary.LittleEndian.PutUint64(d[16:], uint64(a.Count))
-	binary.LittleEndian.PutUint64(d[24:], a.Seq)
+	d = d[:descBytes]
+	d[0], d[1], d[2], d[3] = byte(a.Coll), byte(a.Type), byte(op), 0
+	binary.LittleEndian.PutUint32(d[4:], uint32(root))
+	binary.LittleEndian.PutUint64(d[8:], uint64(a.Count))
+	binary.LittleEndian.PutUint64(d[16:], a.Seq)
 }
 
-func descSeq(d []byte) uint64 { return binary.LittleEndian.Uint64(d[24:]) }
+func descSeq(d []byte) uint64 { return binary.LittleEndian.Uint64(d[16:]) }
 
 func describeDesc(d []byte) string {
 	le := binary.LittleEndian
-	c := collectives.Collective(le.Uint32(d[0:]))
-	s := fmt.Sprintf("%s of %d %s", c, le.Uint64(d[16:]), collectives.DataType(le.Uint32(d[4:])))
+	c := collectives.Collective(d[0])
+	s := fmt.Sprintf("%s of %d %s", c, le.Uint64(d[8:]), collectives.DataType(d[1]))
 	if c.Reduces() {
-		s += " " + collectives.Op(le.Uint32(d[8:])).String()
+		s += " " + collectives.Op(d[2]).String()
 	}
 	if c.Rooted() {
-		s += fmt.Sprintf(" root %d", le.Uint32(d[12:]))
+		s += fmt.Sprintf(" root %d", le.Uint32(d[4:]))
 	}
 	return s
 }
@@ -93,15 +92,40 @@ func span(m, n, q int) (lo, hi int) {
 // floating-point results do not depend on which rank reduces. Only rank
 // 0's source may alias the destination of a reduceFunc.
 func (b *backend) sources(own []byte, p, lo, hi int) [][]byte {
+	return b.sourcesIn(b.stage[p], own, lo, hi)
+}
+
+// sourcesIn is sources from area[q] (a staging half or the boxes of one
+// parity) for every rank q.
+func (b *backend) sourcesIn(area [][]byte, own []byte, lo, hi int) [][]byte {
 	s := b.srcs[:0]
 	for q := 0; q < b.n; q++ {
 		if q == b.rank {
 			s = append(s, own)
 		} else {
-			s = append(s, b.stage[p][q][lo:hi])
+			s = append(s, area[q][lo:hi])
 		}
 	}
 	return s
+}
+
+// boxLinesOf is how many cache lines after the counter's a call of m
+// bytes in the box spans (0 for calls in the staging halves).
+func boxLinesOf(m int) int {
+	if m > boxData {
+		return 0
+	}
+	return (boxHead + m - 1) / lineBytes
+}
+
+// area is where the data of a round of m bytes goes at parity p: the
+// boxes, in the descriptor's cache line and those after it, when it fits
+// there, else the staging halves.
+func (b *backend) area(p, m int) [][]byte {
+	if m <= boxData {
+		return b.box[p]
+	}
+	return b.stage[p]
 }
 
 // allReduceOneShot: every rank stages its chunk; every rank reduces all.
@@ -115,60 +139,156 @@ func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
 		p := b.parity()
-		mine := b.stage[p][b.rank][:m]
-		copy(mine, send[off:off+m])
-		if err := b.sync(ctx, a, &first); err != nil {
+		area := b.area(p, total)
+		mine := area[b.rank][:m]
+		copyCached(mine, send[off:off+m])
+		b.boxLines = boxLinesOf(total)
+		err := b.sync(ctx, a, &first)
+		b.boxLines = 0
+		if err != nil {
 			return err
 		}
 		// The staged copy, not send, is this rank's source: send may be
 		// recv, and the reduction visits ranks in order.
 		if reduces {
-			red(recv[off:off+m], b.sources(mine, p, 0, m), b.n, &b.sc)
+			red(recv[off:off+m], b.sourcesIn(area, mine, 0, m), b.n, &b.sc)
 		}
 	}
 	return nil
 }
 
-// allReduceTwoShot is a reduce-scatter then all-gather per chunk: each
-// rank stages the parts its peers reduce, reduces its own part from every
-// rank's staging, publishes the result, and gathers the others'. With all
-// false it is Reduce: only the root gathers.
+// allReduceTwoShot is a reduce-scatter then all-gather per chunk, one
+// step per chunk: at each step every rank publishes, in its staging half
+// of the step's parity, the parts of chunk k its peers reduce (the inputs
+// region, the first half of the staging half) and its own reduced part of
+// chunk k-1 (the results region, the second half). Between steps each
+// rank gathers its peers' results of chunk k-1, reduces its part of chunk
+// k from its send buffer and the peers' inputs, and stages chunk k+1.
+// With all false it is Reduce: only the root gathers.
+//
+// Each byte of send is read once, each byte of recv written once; the
+// staging a rank writes is read by its peers while still in cache, as
+// chunks are sized for that. Results go to recv with stores that bypass
+// the caches once the call is large enough to evict staging otherwise.
+// The three jobs of a step advance together, a piece of each in turn, so
+// that reading send from memory overlaps writing recv to it, as in a
+// memcpy, rather than the two alternating by the half chunk.
 func (b *backend) allReduceTwoShot(ctx context.Context, a *collectives.Args, all bool) error {
 	total := a.Count * a.Type.Size()
-	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
-	red := reducer(a.Type, a.Op)
+	t := twoShot{b: b, send: hostBytes(a.Send, total), recv: hostBytes(a.Recv, total), total: total,
+		chunk: b.twoShotChunk(), red: reducer(a.Type, a.Op), out: copyCached}
 	gathers := all || b.rank == a.Root
+	if total >= ntMinBytes {
+		t.out = copyNT
+	}
+	per := 0 // the longest part of a chunk
+	for q := 0; q < b.n; q++ {
+		lo, hi := span(t.chunk, b.n, q)
+		per = max(per, hi-lo)
+	}
 	first := true
-	for off := 0; off < total; off += b.cfg.StagingBytes {
-		m := min(b.cfg.StagingBytes, total-off)
-		lo, hi := span(m, b.n, b.rank)
-		p := b.parity()
-		st := b.stage[p][b.rank]
-		copy(st[:lo], send[off:off+lo])
-		copy(st[hi:m], send[off+hi:off+m])
-		if err := b.sync(ctx, a, &first); err != nil {
-			return err
-		}
-		// Reduce into staging (never a source), then copy out: send may
-		// be recv.
-		res := b.stage[p^1][b.rank][lo:hi]
-		red(res, b.sources(send[off+lo:off+hi], p, lo, hi), b.n, &b.sc)
-		if gathers {
-			copy(recv[off+lo:off+hi], res)
+	t.stage(0, b.parity(), 0, per)
+	if err := b.sync(ctx, a, &first); err != nil {
+		return err
+	}
+	for off := 0; off < total; off += t.chunk {
+		p := int(b.step & 1)
+		for x := 0; x < per; x += piece {
+			y := min(x+piece, per)
+			if gathers && off > 0 {
+				t.gather(off-t.chunk, p, x, y)
+			}
+			t.reduce(off, p, x, y, gathers)
+			if off+t.chunk < total {
+				t.stage(off+t.chunk, p^1, x, y)
+			}
 		}
 		if err := b.barrier(ctx); err != nil {
 			return err
 		}
-		if gathers {
-			for q := 0; q < b.n; q++ {
-				if q != b.rank {
-					qlo, qhi := span(m, b.n, q)
-					copy(recv[off+qlo:off+qhi], b.stage[p^1][q][qlo:qhi])
-				}
-			}
-		}
+	}
+	if gathers {
+		t.gather((total-1)/t.chunk*t.chunk, int(b.step&1), 0, per)
 	}
 	return nil
+}
+
+// twoShot is one two-shot call. Its jobs work on bytes [x, y) of each
+// part of the chunk at off (parts are span's, of the chunk's own length).
+type twoShot struct {
+	b            *backend
+	send, recv   []byte
+	total, chunk int
+	red          reduceFunc
+	out          func(dst, src []byte)
+}
+
+// part is bytes [x, y) of rank q's part of the chunk at off, as offsets
+// into the chunk (empty where the part is shorter).
+func (t *twoShot) part(off, q, x, y int) (lo, hi int) {
+	plo, phi := span(min(t.chunk, t.total-off), t.b.n, q)
+	return min(plo+x, phi), min(plo+y, phi)
+}
+
+// stage publishes the peers' parts of the chunk at off in half p.
+func (t *twoShot) stage(off, p, x, y int) {
+	st := t.b.stage[p][t.b.rank]
+	for q := 0; q < t.b.n; q++ {
+		if q != t.b.rank {
+			lo, hi := t.part(off, q, x, y)
+			copyCached(st[lo:hi], t.send[off+lo:off+hi])
+		}
+	}
+}
+
+// reduce reduces this rank's part of the chunk at off from half p into
+// the results region of half p^1 (never a source: send may be recv), and
+// copies it out when this rank gathers.
+func (t *twoShot) reduce(off, p, x, y int, gathers bool) {
+	lo, hi := t.part(off, t.b.rank, x, y)
+	if lo == hi {
+		return
+	}
+	res := t.b.stage[p^1][t.b.rank][t.chunk+lo : t.chunk+hi]
+	t.red(res, t.b.sources(t.send[off+lo:off+hi], p, lo, hi), t.b.n, &t.b.sc)
+	if gathers {
+		t.out(t.recv[off+lo:off+hi], res)
+	}
+}
+
+// gather copies the peers' results of the chunk at off from half p.
+func (t *twoShot) gather(off, p, x, y int) {
+	for q := 0; q < t.b.n; q++ {
+		if q != t.b.rank {
+			lo, hi := t.part(off, q, x, y)
+			t.out(t.recv[off+lo:off+hi], t.b.stage[p][q][t.chunk+lo:t.chunk+hi])
+		}
+	}
+}
+
+// Two-shot chunks and copies. A chunk is at most half a staging half (the
+// inputs and the results regions) and at most twoShotChunkMax, so that a
+// step's staging stays in the caches of the ranks that exchange it.
+const (
+	twoShotChunkMax = 1 << 20
+	piece           = 64 << 10 // each job's share of a round, copied out while in L2
+	ntMinBytes      = 4 << 20  // calls from here write recv around the caches
+	cachedCopyMax   = 512 << 10
+)
+
+func (b *backend) twoShotChunk() int {
+	return min(b.cfg.StagingBytes/2/lineBytes*lineBytes, twoShotChunkMax)
+}
+
+// copyCached copies src into dst with ordinary stores, in pieces small
+// enough that Go's copy never switches to stores that bypass the caches
+// (it does from 1 MiB): the destination is staging a peer reads next.
+func copyCached(dst, src []byte) {
+	for len(src) > cachedCopyMax {
+		copy(dst[:cachedCopyMax], src[:cachedCopyMax])
+		dst, src = dst[cachedCopyMax:], src[cachedCopyMax:]
+	}
+	copy(dst, src)
 }
 
 // broadcast pipelines the root's buffer through its staging.
@@ -184,14 +304,15 @@ func (b *backend) broadcast(ctx context.Context, a *collectives.Args) error {
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
 		p := b.parity()
+		area := b.area(p, total)
 		if root {
-			copy(b.stage[p][b.rank][:m], send[off:off+m])
+			copyCached(area[b.rank][:m], send[off:off+m])
 		}
 		if err := b.sync(ctx, a, &first); err != nil {
 			return err
 		}
 		if !root {
-			copy(recv[off:off+m], b.stage[p][a.Root][:m])
+			copy(recv[off:off+m], area[a.Root][:m])
 		}
 	}
 	if root && a.Send != a.Recv {
@@ -211,13 +332,14 @@ func (b *backend) allGather(ctx context.Context, a *collectives.Args) error {
 	for off := 0; off < total; off += b.cfg.StagingBytes {
 		m := min(b.cfg.StagingBytes, total-off)
 		p := b.parity()
-		copy(b.stage[p][b.rank][:m], send[off:off+m])
+		area := b.area(p, total)
+		copyCached(area[b.rank][:m], send[off:off+m])
 		if err := b.sync(ctx, a, &first); err != nil {
 			return err
 		}
 		for q := 0; q < b.n; q++ {
 			if q != b.rank {
-				copy(recv[q*total+off:q*total+off+m], b.stage[p][q][:m])
+				copy(recv[q*total+off:q*total+off+m], area[q][:m])
 			}
 		}
 	}
@@ -239,7 +361,7 @@ func (b *backend) reduceScatter(ctx context.Context, a *collectives.Args) error 
 		st := b.stage[p][b.rank]
 		for q := 0; q < b.n; q++ {
 			if q != b.rank {
-				copy(st[q*slot:q*slot+m], send[q*total+off:q*total+off+m])
+				copyCached(st[q*slot:q*slot+m], send[q*total+off:q*total+off+m])
 			}
 		}
 		if err := b.sync(ctx, a, &first); err != nil {

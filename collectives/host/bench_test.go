@@ -13,7 +13,7 @@ import (
 var benchSizes = []struct {
 	name  string
 	bytes int
-}{{"4KiB", 4 << 10}, {"1MiB", 1 << 20}, {"64MiB", 64 << 20}}
+}{{"8B", 8}, {"256B", 256}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}, {"64MiB", 64 << 20}}
 
 // BenchmarkAllReduce runs float32 sum AllReduce on in-process ranks and
 // reports nccl-tests' bus bandwidth, 2(n-1)/n * bytes / time.

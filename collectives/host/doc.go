@@ -4,15 +4,18 @@
 // serves CPU-only users and lets every layer above the GPU be tested
 // without one.
 //
-// Each rank maps a segment holding control words (a step counter, a
-// sleeper count, the job's abort word on rank 0, call descriptors) and two
-// staging halves of Config.StagingBytes, whatever the count: collectives
-// run in rounds of at most one half. AllReduce and Reduce run one-shot
-// (every rank stages its chunk, one barrier, the reducer reads all) up to
-// Config.OneShotMax bytes, and two-shot above (each rank reduces 1/n of
-// each chunk, publishes it, and the others gather it); GOCCL_ALGO or
-// Config.Algo forces either. ReduceScatter stages each destination's
-// block; Broadcast and AllGather copy through staging.
+// Each rank maps a segment holding control words (a sleeper count, the
+// job's abort word on rank 0, and two boxes, one per step parity, each a
+// step counter, the call's descriptor and room for a small call's data in
+// the counter's cache line and those after it) and two staging halves of
+// Config.StagingBytes, whatever the count: collectives run in rounds of
+// at most one half. AllReduce and Reduce run one-shot (every rank stages
+// its chunk, one barrier, the reducer reads all) up to Config.OneShotMax
+// bytes, and two-shot above (each rank reduces 1/n of each chunk,
+// publishes it, and the others gather it, one step per chunk); GOCCL_ALGO
+// or Config.Algo forces either. Calls of up to 992 bytes travel in the
+// boxes. ReduceScatter stages each destination's block; Broadcast and
+// AllGather copy through staging.
 //
 // Point-to-point operations (RunGroup: Send, Recv, and AllToAll(v),
 // Gather and Scatter, which arrive as groups of them) take no part in the

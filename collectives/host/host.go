@@ -23,15 +23,18 @@ type backend struct {
 	algo    collectives.Algorithm // forced, or "" for by size
 
 	seg       *shm.Segment
-	seq       []*uint32     // every rank's step counter
+	seq       [2][]*uint32  // seq[p][r]: rank r's step counter for parity p
 	waiters   []*uint32     // every rank's sleeper count
 	abortWord *uint32       // rank 0's abort word, the job's
 	desc      [2][][]byte   // desc[p][r]: rank r's call descriptor for parity p
+	box       [2][][]byte   // box[p][r]: the data area of rank r's box p
 	stage     [2][][]byte   // stage[p][r]: rank r's staging half p
 	step      uint32        // the last step this rank arrived at
 	spins     int           // busy polls before yielding (0 when oversubscribed)
 	napFor    time.Duration // goroutine naps before futex sleeps (ranks sharing a process)
 	spinLeft  time.Duration // spinWait's budget now, adapted to how waits end (sync.go)
+	boxLines  int           // lines of box data after the counter's the current wait touches
+	sink      uint32        // where spinTouching's loads go
 
 	last collectives.Path // how the last call went (LastPath)
 
@@ -72,19 +75,23 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	}
 	be := &backend{
 		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
-		seq: make([]*uint32, n), waiters: make([]*uint32, n),
-		srcs: make([][]byte, n), spins: spins, napFor: napFor,
+		waiters: make([]*uint32, n),
+		srcs:    make([][]byte, n), spins: spins, napFor: napFor,
 	}
 	for p := 0; p < 2; p++ {
+		be.seq[p] = make([]*uint32, n)
 		be.desc[p] = make([][]byte, n)
+		be.box[p] = make([][]byte, n)
 		be.stage[p] = make([][]byte, n)
 	}
 	for r := 0; r < n; r++ {
 		m := seg.Peer(r)
-		be.seq[r] = word(m, offSeq)
 		be.waiters[r] = word(m, offWaiters)
 		for p := 0; p < 2; p++ {
-			be.desc[p][r] = m[offDesc+64*p : offDesc+64*p+descBytes]
+			box := m[offBox+p*boxStride : offBox+(p+1)*boxStride]
+			be.seq[p][r] = word(box, boxCounter)
+			be.desc[p][r] = box[boxDesc : boxDesc+descBytes]
+			be.box[p][r] = box[boxHead:]
 			be.stage[p][r] = m[ctrlBytes+p*half : ctrlBytes+(p+1)*half]
 		}
 	}

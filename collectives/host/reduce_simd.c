@@ -220,6 +220,53 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 		}                                                                              \
 	}
 
+// The 8- and 32-bit integer averages. The Go kernels divide the exact
+// sum, taken in 64 bits, truncating. Here the sum is taken in float (8-bit
+// lanes) or double (32-bit lanes), exact while it stays below 2^24 or 2^53
+// in magnitude, which at most IAVG_F_SRCS or IAVG_D_SRCS sources
+// guarantee; and the division rounds to nearest, which cannot cross an
+// integer: s/n is an integer or at least 1/n from one, and the rounding
+// error is below |s/n| 2^-24 (2^-53), less than 1/n while |s| < 2^24
+// (2^53). Truncating the quotient then gives the integer quotient exactly.
+// With more sources, or a divisor the float type does not hold exactly,
+// the sums and divisions are 64-bit integer ones, as in Go. The quotient narrows to the lane type through 32 or 64 bits,
+// wrapping as Go's conversion does.
+#define IAVG_F_SRCS 65536   /* 255 * 65536 < 2^24 */
+#define IAVG_D_SRCS 1048576 /* 2^32 * 2^20 < 2^53 */
+
+#define IAVG_DRIVER(ISA, ATTR, T, N, F, Q, W, MAXSRC)                                    \
+	ATTR static void N##_avg_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
+	                               size_t n, int nranks) {                           \
+		enum { blk = BLOCK_BYTES / sizeof(F) };                                        \
+		F acc[blk];                                                                    \
+		T *d = (T *)dv;                                                                \
+		if (nsrc > (MAXSRC) || (long long)(F)nranks != (long long)nranks) {                            \
+			for (size_t i = 0; i < n; i++) {                                           \
+				W s = 0;                                                               \
+				for (int k = 0; k < nsrc; k++) s += (W)((const T *)srcs[k])[i];        \
+				d[i] = (T)(s / (W)nranks);                                             \
+			}                                                                          \
+			return;                                                                    \
+		}                                                                              \
+		const F q = (F)nranks;                                                         \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			const T *s0 = (const T *)srcs[0] + lo;                                     \
+			for (size_t j = 0; j < m; j++) acc[j] = (F)s0[j];                          \
+			for (int k = 1; k < nsrc; k++) {                                           \
+				const T *s = (const T *)srcs[k] + lo;                                  \
+				for (size_t j = 0; j < m; j++) acc[j] += (F)s[j];                      \
+			}                                                                          \
+			for (size_t j = 0; j < m; j++) d[lo + j] = (T)(Q)(acc[j] / q);             \
+		}                                                                              \
+	}
+
+#define IAVG_ALL(ISA, ATTR)                                                            \
+	IAVG_DRIVER(ISA, ATTR, int8_t, i8, float, int32_t, int64_t, IAVG_F_SRCS)           \
+	IAVG_DRIVER(ISA, ATTR, uint8_t, u8, float, int32_t, uint64_t, IAVG_F_SRCS)         \
+	IAVG_DRIVER(ISA, ATTR, int32_t, i32, double, int64_t, int64_t, IAVG_D_SRCS)        \
+	IAVG_DRIVER(ISA, ATTR, uint32_t, u32, double, int64_t, uint64_t, IAVG_D_SRCS)
+
 #define HALF_ALL(ISA, ATTR)                                                            \
 	HALF_CONV(ISA, ATTR)                                                               \
 	HALF_DRIVER(ISA, ATTR, bf16, sum, sum, 0)                                          \
@@ -291,6 +338,7 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 	DRIVER(ISA, ATTR, float, f32, avg, float, f32, sum, DIVBY)                                          \
 	DRIVER(ISA, ATTR, double, f64, avg, double, f64, sum, DIVBY)                                         \
 	HALF_ALL(ISA, ATTR)                                                                \
+	IAVG_ALL(ISA, ATTR)                                                                \
 	static void (*const table_##ISA[GR_NKERNELS])(void *, const uintptr_t *, int, size_t, int) = { \
 		[GR_U8_SUM] = u8_sum_##ISA, [GR_U32_SUM] = u32_sum_##ISA, [GR_U64_SUM] = u64_sum_##ISA, \
 		[GR_F32_SUM] = f32_sum_##ISA, [GR_F64_SUM] = f64_sum_##ISA,                     \
@@ -310,6 +358,8 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 		[GR_F16_SUM] = f16_sum_##ISA, [GR_F16_PROD] = f16_prod_##ISA,                   \
 		[GR_F16_MIN] = f16_min_##ISA, [GR_F16_MAX] = f16_max_##ISA,                     \
 		[GR_F16_AVG] = f16_avg_##ISA,                                                  \
+		[GR_I8_AVG] = i8_avg_##ISA, [GR_U8_AVG] = u8_avg_##ISA,                         \
+		[GR_I32_AVG] = i32_avg_##ISA, [GR_U32_AVG] = u32_avg_##ISA,                     \
 	};
 
 ALL(sse2, , 16)
@@ -326,5 +376,55 @@ void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int ns
 		break;
 	default:
 		table_sse2[kernel]((void *)dst, srcs, nsrc, n, nranks);
+	}
+}
+
+// Copies out of the backend into a caller's buffer that the backend will
+// not read again: stores that bypass the caches, so that a large result
+// neither costs a read of the destination's old lines nor evicts the
+// staging the ranks still exchange. The fence orders them before the
+// arrival that follows.
+#include <immintrin.h>
+
+#define COPY_NT(ISA, ATTR, VS, VT, LOADU, STREAM)                                      \
+	ATTR static void copy_nt_##ISA(char *d, const char *s, size_t n) {                 \
+		size_t head = (VS - ((uintptr_t)d & (VS - 1))) & (VS - 1);                     \
+		if (head > n) head = n;                                                        \
+		memcpy(d, s, head);                                                            \
+		d += head, s += head, n -= head;                                               \
+		for (; n >= 4 * VS; d += 4 * VS, s += 4 * VS, n -= 4 * VS) {                   \
+			VT a = LOADU((const void *)s), b = LOADU((const void *)(s + VS));          \
+			VT c = LOADU((const void *)(s + 2 * VS)), e = LOADU((const void *)(s + 3 * VS)); \
+			STREAM((void *)d, a);                                                      \
+			STREAM((void *)(d + VS), b);                                               \
+			STREAM((void *)(d + 2 * VS), c);                                           \
+			STREAM((void *)(d + 3 * VS), e);                                           \
+		}                                                                              \
+		for (; n >= VS; d += VS, s += VS, n -= VS) STREAM((void *)d, LOADU((const void *)s)); \
+		memcpy(d, s, n);                                                               \
+		_mm_sfence();                                                                  \
+	}
+
+#define SSE_LOADU(p) _mm_loadu_si128((const __m128i *)(p))
+#define SSE_STREAM(p, v) _mm_stream_si128((__m128i *)(p), v)
+#define AVX_LOADU(p) _mm256_loadu_si256((const __m256i *)(p))
+#define AVX_STREAM(p, v) _mm256_stream_si256((__m256i *)(p), v)
+#define AVX512_LOADU(p) _mm512_loadu_si512(p)
+#define AVX512_STREAM(p, v) _mm512_stream_si512((void *)(p), v)
+
+COPY_NT(sse2, , 16, __m128i, SSE_LOADU, SSE_STREAM)
+COPY_NT(avx2, __attribute__((target("avx2"))), 32, __m256i, AVX_LOADU, AVX_STREAM)
+COPY_NT(avx512, __attribute__((target("avx512f"))), 64, __m512i, AVX512_LOADU, AVX512_STREAM)
+
+void gr_copy_nt(int isa, uintptr_t dst, uintptr_t src, size_t n) {
+	switch (isa) {
+	case GR_AVX512:
+		copy_nt_avx512((char *)dst, (const char *)src, n);
+		break;
+	case GR_AVX2:
+		copy_nt_avx2((char *)dst, (const char *)src, n);
+		break;
+	default:
+		copy_nt_sse2((char *)dst, (const char *)src, n);
 	}
 }

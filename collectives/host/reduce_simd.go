@@ -58,7 +58,7 @@ func isaName(isa int) string {
 }
 
 // vecKernels maps (type, op) to a vector kernel, -1 where the Go kernel
-// stays (the 8- and 32-bit averages, which sum in 64 bits).
+// stays.
 var vecKernels = func() (k [collectives.NumDataTypes][collectives.NumOps]int) {
 	for t := range k {
 		for o := range k[t] {
@@ -69,10 +69,10 @@ var vecKernels = func() (k [collectives.NumDataTypes][collectives.NumOps]int) {
 		k[t] = [collectives.NumOps]int{collectives.Sum: sum, collectives.Prod: prod, collectives.Min: mn, collectives.Max: mx, collectives.Avg: avg,
 			collectives.PreMulSum: -1}
 	}
-	set(collectives.Int8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_I8_MIN, C.GR_I8_MAX, -1)
-	set(collectives.Uint8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_U8_MIN, C.GR_U8_MAX, -1)
-	set(collectives.Int32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_I32_MIN, C.GR_I32_MAX, -1)
-	set(collectives.Uint32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_U32_MIN, C.GR_U32_MAX, -1)
+	set(collectives.Int8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_I8_MIN, C.GR_I8_MAX, C.GR_I8_AVG)
+	set(collectives.Uint8, C.GR_U8_SUM, C.GR_U8_PROD, C.GR_U8_MIN, C.GR_U8_MAX, C.GR_U8_AVG)
+	set(collectives.Int32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_I32_MIN, C.GR_I32_MAX, C.GR_I32_AVG)
+	set(collectives.Uint32, C.GR_U32_SUM, C.GR_U32_PROD, C.GR_U32_MIN, C.GR_U32_MAX, C.GR_U32_AVG)
 	set(collectives.Int64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_I64_MIN, C.GR_I64_MAX, C.GR_I64_AVG)
 	set(collectives.Uint64, C.GR_U64_SUM, C.GR_U64_PROD, C.GR_U64_MIN, C.GR_U64_MAX, C.GR_U64_AVG)
 	set(collectives.Float32, C.GR_F32_SUM, C.GR_F32_PROD, C.GR_F32_MIN, C.GR_F32_MAX, C.GR_F32_AVG)
@@ -108,4 +108,21 @@ func vectorize(t collectives.DataType, op collectives.Op, isa int, scalar reduce
 		runtime.KeepAlive(dst)
 		runtime.KeepAlive(srcs)
 	}
+}
+
+// copyISA is the instruction set of copyNT.
+var copyISA = bestISA()
+
+// copyNT copies src into dst (the same length, not overlapping) with
+// stores that bypass the caches: for results the backend does not read
+// again, large enough to push its staging out of the caches otherwise.
+func copyNT(dst, src []byte) {
+	if len(dst) < vecMinBytes {
+		copy(dst, src)
+		return
+	}
+	C.gr_copy_nt(C.int(copyISA), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))),
+		C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(src)))), C.size_t(len(src)))
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
 }

@@ -15,6 +15,7 @@ enum {
 	GR_I64_AVG, GR_U64_AVG, GR_F32_AVG, GR_F64_AVG,
 	GR_BF16_SUM, GR_BF16_PROD, GR_BF16_MIN, GR_BF16_MAX, GR_BF16_AVG,
 	GR_F16_SUM, GR_F16_PROD, GR_F16_MIN, GR_F16_MAX, GR_F16_AVG,
+	GR_I8_AVG, GR_U8_AVG, GR_I32_AVG, GR_U32_AVG,
 	GR_NKERNELS
 };
 
@@ -22,3 +23,7 @@ enum {
 // elements (nsrc >= 2; only srcs[0] may be dst), then for avg divides by
 // nranks.
 void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int nsrc, size_t n, int nranks);
+
+// gr_copy_nt copies n bytes from src to dst (not overlapping) with stores
+// that bypass the caches, then fences them.
+void gr_copy_nt(int isa, uintptr_t dst, uintptr_t src, size_t n);

@@ -125,18 +125,71 @@ func TestScalarMinMaxSemantics(t *testing.T) {
 // BenchmarkReduceKernels: two sources into a third, per instruction set,
 // at a size that stays in L2 and one that streams from memory.
 func BenchmarkReduceKernels(b *testing.B) {
-	for _, dt := range []collectives.DataType{collectives.Float32, collectives.Float64, collectives.Int32, collectives.BFloat16} {
+	cases := []struct {
+		dt collectives.DataType
+		op collectives.Op
+	}{
+		{collectives.Float32, collectives.Sum}, {collectives.Float64, collectives.Sum}, {collectives.Int32, collectives.Sum},
+		{collectives.BFloat16, collectives.Sum}, {collectives.Int8, collectives.Avg}, {collectives.Uint8, collectives.Avg},
+		{collectives.Int32, collectives.Avg}, {collectives.Uint32, collectives.Avg},
+	}
+	for _, c := range cases {
 		for _, size := range []int{256 << 10, 16 << 20} {
 			for _, isa := range isas() {
 				table := kernelsFor(isa)
-				b.Run(fmt.Sprintf("%s/%s/%dKiB/%s", dt, collectives.Sum, size>>10, isaName(isa)), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/%s/%dKiB/%s", c.dt, c.op, size>>10, isaName(isa)), func(b *testing.B) {
 					srcs := [][]byte{make([]byte, size), make([]byte, size)}
 					dst := make([]byte, size)
 					var sc scratch
 					b.SetBytes(int64(size))
 					for b.Loop() {
-						table[dt][collectives.Sum](dst, srcs, 2, &sc)
+						table[c.dt][c.op](dst, srcs, 2, &sc)
 					}
+				})
+			}
+		}
+	}
+}
+
+// The integer averages' vector kernels take the float or double path only
+// where it is exact: divisors other than the source count (as a caller
+// with more ranks than sources has), divisors a float does not hold, and
+// more sources than the float path allows all give the Go kernels' bytes.
+func TestVectorIntegerAverages(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	cases := []struct {
+		name         string
+		nsrc, nranks int
+	}{
+		{"divisor below the source count", 5, 2},
+		{"divisor 1", 3, 1},
+		{"divisor above the source count", 3, 7},
+		{"divisor no float holds", 3, 1<<24 + 1},
+		{"largest divisor", 2, math.MaxInt32},
+		{"most sources of the float path", 65536, 65536},
+		{"more sources than the float path", 65537, 65537},
+	}
+	types := []collectives.DataType{collectives.Int8, collectives.Uint8, collectives.Int32, collectives.Uint32}
+	for _, isa := range isas()[1:] {
+		table := kernelsFor(isa)
+		for _, dt := range types {
+			// Few distinct buffers, repeated: many sources stay cheap.
+			bufs := make([][]byte, 4)
+			for k := range bufs {
+				bufs[k] = randomBuffer(rng, dt, 1031)
+			}
+			for _, c := range cases {
+				t.Run(fmt.Sprintf("%s/%s/%s", isaName(isa), dt, c.name), func(t *testing.T) {
+					srcs := make([][]byte, c.nsrc)
+					for k := range srcs {
+						srcs[k] = bufs[(k*7+k/3)%len(bufs)]
+					}
+					var sc1, sc2 scratch
+					want := bytes.Repeat([]byte{0xa5}, len(bufs[0]))
+					scalarKernels[dt][collectives.Avg](want, srcs, c.nranks, &sc1)
+					got := bytes.Repeat([]byte{0x5a}, len(bufs[0]))
+					table[dt][collectives.Avg](got, srcs, c.nranks, &sc2)
+					requireSameBytes(t, dt, want, got, "%d sources, divisor %d", c.nsrc, c.nranks)
 				})
 			}
 		}

@@ -14,14 +14,22 @@ import (
 	"github.com/goccl/goccl/collectives"
 )
 
-// Ranks synchronize in steps. Each rank owns a step counter in its own
-// segment; arriving at step s stores s there, and waiting for step s
-// reads every peer's counter until it reaches s. A rank therefore never
-// runs more than one step ahead of any peer, which is what makes staging
-// reuse safe: data written for step s lives in the staging half of parity
-// s&1, peers read it only between waiting for s and arriving at s+1, and
-// the writer touches that half again only at step s+2, after waiting for
-// s+1, by when every peer has finished reading.
+// Ranks synchronize in steps. Each rank owns two boxes in its own
+// segment, one per step parity, each a step counter, the call's
+// descriptor and a small data area in cache lines of their own; arriving
+// at step s stores s in the counter of box s&1, and waiting for step s
+// reads every peer's counter of box s&1 until it reaches s. A rank
+// therefore never runs more than one step ahead of any peer, which is
+// what makes staging reuse safe: data written for step s lives in the box
+// and the staging half of parity s&1, peers read it only between waiting
+// for s and arriving at s+1, and the writer touches them again only at
+// step s+2, after waiting for s+1, by when every peer has finished
+// reading.
+//
+// The counter, the descriptor and the first bytes of data share one cache
+// line, written last to first: a peer that sees the counter has the
+// descriptor and a small call's data in the same transfer, so that a
+// small call costs one line's trip between the ranks' caches each way.
 //
 // Waiting spins (a rank alone in its process, with a CPU per rank, for up
 // to spinFor), then yields, then naps with growing sleeps (parking only
@@ -32,14 +40,18 @@ import (
 // the context and the deadline are polled.
 
 const (
-	offSeq     = 0   // this rank's step counter (futex word)
-	offWaiters = 64  // how many peers sleep on offSeq
-	offAbort   = 128 // rank 0's is the job's: 1 + the rank that aborted
-	offDesc    = 192 // two call descriptors, by step parity, 64 bytes apart
-	offClosed  = 320 // nonzero once this rank has closed its communicator
+	offWaiters = 64   // how many peers sleep on this rank's counters
+	offAbort   = 128  // rank 0's is the job's: 1 + the rank that aborted
+	offClosed  = 320  // nonzero once this rank has closed its communicator
+	offBox     = 2048 // the two boxes, by step parity (1024-2047 is p2p.go's)
+	boxStride  = 1024
+	boxCounter = 0  // in a box: the step counter (futex word)
+	boxDesc    = 8  // the call's descriptor (descBytes)
+	boxHead    = 32 // the data, from here to the box's end
+	boxData    = boxStride - boxHead
 	ctrlBytes  = 4096
 
-	spinLoads  = 512
+	spinLoads  = 4096 // polls before the clock is first read: a small call's whole wait
 	yieldLoops = 64
 	// spinFor bounds the busy wait of a rank alone in its process on a
 	// machine with a CPU per rank: a small call's peer normally arrives
@@ -51,7 +63,10 @@ const (
 	// few hundred microseconds are enough for that, and bound what a wait
 	// on a peer that really shares this CPU costs before it sleeps.
 	spinFor = 300 * time.Microsecond
-	minSpin = 5 * time.Microsecond // the least spinWait's budget falls to
+	// minSpin is the least spinWait's budget falls to: ranks that end up
+	// taking turns on one CPU of a busy machine pay about twice it per
+	// call on top of two context switches.
+	minSpin = 1 * time.Microsecond
 	// yieldFor bounds the phase after the budget, polling with an OS yield
 	// between rounds: a peer waiting for this CPU then runs at once, for
 	// the price of two context switches rather than a futex wake-up.
@@ -75,11 +90,12 @@ func reached(v, s uint32) bool { return int32(v-s) >= 0 }
 func (b *backend) barrier(ctx context.Context) error {
 	b.step++
 	s := b.step
-	atomic.StoreUint32(b.seq[b.rank], s)
+	seq := b.seq[s&1]
+	atomic.StoreUint32(seq[b.rank], s)
 	if atomic.LoadUint32(b.waiters[b.rank]) != 0 {
-		futexWake(b.seq[b.rank])
+		futexWake(seq[b.rank])
 	}
-	for q, w := range b.seq {
+	for q, w := range seq {
 		if q != b.rank && !reached(atomic.LoadUint32(w), s) {
 			if err := b.waitSlow(ctx, q, s); err != nil {
 				return err
@@ -93,10 +109,16 @@ func (b *backend) barrier(ctx context.Context) error {
 func (b *backend) parity() int { return int((b.step + 1) & 1) }
 
 func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
-	w := b.seq[q]
-	for i := 0; i < b.spins; i++ {
-		if reached(atomic.LoadUint32(w), s) {
+	w := b.seq[s&1][q]
+	if b.boxLines > 0 {
+		if b.spinTouching(w, s) {
 			return nil
+		}
+	} else {
+		for i := 0; i < b.spins; i++ {
+			if reached(atomic.LoadUint32(w), s) {
+				return nil
+			}
 		}
 	}
 	if b.spins > 0 && b.napFor == 0 {
@@ -161,6 +183,28 @@ func (b *backend) waitSlow(ctx context.Context, q int, s uint32) error {
 	}
 }
 
+// spinTouching is the first spin of a wait for a call whose data spans
+// boxLines cache lines of the box after the counter's: each round also
+// loads a word of each of them, so that the lines the peer writes before
+// its counter travel while the counter's line is awaited, rather than
+// after it. The data itself is read only once the counter is seen (x86
+// keeps loads in order, so it is the peer's newest), and the loads here
+// are discarded.
+func (b *backend) spinTouching(w *uint32, s uint32) bool {
+	var sum uint32
+	for i := b.spins / (1 + b.boxLines); i > 0; i-- {
+		if reached(atomic.LoadUint32(w), s) {
+			b.sink = sum
+			return true
+		}
+		for j := 1; j <= b.boxLines; j++ {
+			sum += atomic.LoadUint32((*uint32)(unsafe.Add(unsafe.Pointer(w), j*lineBytes)))
+		}
+	}
+	b.sink = sum
+	return false
+}
+
 // spinWait polls w for up to spinFor; it reports whether step s was
 // reached.
 //
@@ -214,10 +258,14 @@ func (b *backend) interrupted(ctx context.Context) error {
 		r := int(by) - 1
 		return b.fail(&collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w (reported through shared memory)", collectives.ErrAborted)})
 	}
-	select {
-	case <-ctx.Done():
-		return b.fail(fmt.Errorf("host: rank %d: %w: %w", b.rank, collectives.ErrAborted, ctx.Err()))
-	default:
+	// A context that can never end (Background) has no channel: skip the
+	// runtime's select, which every call and every poll round pays.
+	if done := ctx.Done(); done != nil {
+		select {
+		case <-done:
+			return b.fail(fmt.Errorf("host: rank %d: %w: %w", b.rank, collectives.ErrAborted, ctx.Err()))
+		default:
+		}
 	}
 	return nil
 }
@@ -241,8 +289,10 @@ func (b *backend) fail(err error) error {
 				blamed = pe.Rank
 			}
 			atomic.CompareAndSwapUint32(b.abortWord, 0, uint32(blamed)+1)
-			for _, w := range b.seq {
-				futexWake(w)
+			for _, seq := range b.seq {
+				for _, w := range seq {
+					futexWake(w)
+				}
 			}
 			b.p2p.wakeAll() // ranks asleep in point-to-point waits
 		}
@@ -265,7 +315,8 @@ func (b *backend) PeerClosed(q int) {
 		return
 	}
 	atomic.StoreUint32(word(b.seg.Peer(q), offClosed), 1)
-	futexWake(b.seq[q])
+	futexWake(b.seq[0][q])
+	futexWake(b.seq[1][q])
 	if b.p2p.bells != nil {
 		futexWake(b.p2p.bells[b.rank]) // point-to-point waits sleep here
 	}

@@ -57,8 +57,9 @@ func TestCompareRuns(t *testing.T) {
 	err = compare(context.Background(), options{np: 2, iters: 20, warmup: 2, first: 10, rounds: 1, minB: 8, maxB: 64 << 10}, &out)
 	require.NoError(t, err, out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 1+1+14+2, out.String()) // title, header, 8 B..64 KiB, worst, memcpy
+	require.Len(t, lines, 1+1+14+3, out.String()) // title, header, 8 B..64 KiB, worst, memcpy, load
 	assert.Contains(t, out.String(), "# worst goccl/MPI: ")
+	assert.Regexp(t, `(?m)^# load average \(1 min\): [0-9.]+ at the start, [0-9.]+ at the end$`, out.String())
 }
 
 func TestBuildWithoutMPI(t *testing.T) {

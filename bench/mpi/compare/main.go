@@ -170,7 +170,7 @@ func compare(ctx context.Context, o options, w io.Writer) error {
 	}
 	sizes := []string{strconv.FormatInt(o.minB, 10), strconv.FormatInt(o.maxB, 10), strconv.Itoa(o.iters), strconv.Itoa(o.warmup), strconv.Itoa(o.first)}
 	var mpi, goc times
-	start := time.Now()
+	start, loadBefore := time.Now(), loadAverage()
 	for r := 0; r < o.rounds; r++ {
 		m, err := runProg(ctx, "mpirun", append(append(mpirunArgs(o.np), t.mpiProg), sizes...)...)
 		if err != nil {
@@ -184,7 +184,21 @@ func compare(ctx context.Context, o options, w io.Writer) error {
 		best(&mpi, m)
 		best(&goc, g)
 	}
-	return report(w, o, mpi, goc, time.Since(start))
+	if err := report(w, o, mpi, goc, time.Since(start)); err != nil {
+		return err
+	}
+	// Other work on the machine slows both programs, the small calls most.
+	_, err = fmt.Fprintf(w, "# load average (1 min): %s at the start, %s at the end\n", loadBefore, loadAverage())
+	return err
+}
+
+// loadAverage is the one-minute load average, as the kernel prints it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 func report(w io.Writer, o options, mpi, goc times, took time.Duration) error {

@@ -2,7 +2,12 @@
 // counterpart of allreduce_mpi.c for bench/mpi/compare. Run it under
 // `goccl run -np N`. Rank 0 prints one line per size, "bytes median_us",
 // then "memcpy bytes median_us" for a plain copy of the largest size.
-// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST]
+// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST] [-bind=false]
+//
+// Each rank binds its calling thread to CPU rank mod NumCPU, as mpirun
+// binds ranks to cores by default: ranks the OS lets float can end up
+// taking turns on one CPU of a busy machine, which measures the
+// scheduler.
 package main
 
 import (
@@ -10,8 +15,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goccl/goccl/comm"
 )
@@ -22,20 +30,26 @@ func main() {
 	iters := flag.Int("n", 200, "timed calls per size")
 	warmup := flag.Int("w", 20, "warm-up calls per size")
 	first := flag.Int("W", 2000, "warm-up calls of the smallest size before the first")
+	bind := flag.Bool("bind", true, "bind each rank to one CPU (rank mod NumCPU), as mpirun does")
 	flag.Parse()
-	if err := run(*minB, *maxB, *iters, *warmup, *first); err != nil {
+	if err := run(*minB, *maxB, *iters, *warmup, *first, *bind); err != nil {
 		fmt.Fprintln(os.Stderr, "gocclar:", err)
 		os.Exit(1)
 	}
 }
 
-func run(minB, maxB, iters, warmup, first int) error {
+func run(minB, maxB, iters, warmup, first int, bind bool) error {
 	ctx := context.Background()
 	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if bind {
+		if err := bindTo(c.Rank() % runtime.NumCPU()); err != nil {
+			return err
+		}
+	}
 	maxN := maxB / 4
 	send, recv := make([]float32, maxN), make([]float32, maxN)
 	for i := range send {
@@ -55,12 +69,16 @@ func run(minB, maxB, iters, warmup, first int) error {
 				return err
 			}
 		}
+		// One monotonic clock read on each side of a call, as MPI_Wtime
+		// takes: time.Now reads the wall clock too, which at a small
+		// call's scale is not free.
+		base := time.Now()
 		for i := range t {
-			t0 := time.Now()
+			t0 := time.Since(base)
 			if err := comm.AllReduceSlice(ctx, c, s, r, comm.Sum); err != nil {
 				return err
 			}
-			t[i] = time.Since(t0)
+			t[i] = time.Since(base) - t0
 		}
 		for i, v := range r {
 			if v != ranks*float32(i%1000) {
@@ -72,14 +90,29 @@ func run(minB, maxB, iters, warmup, first int) error {
 		}
 	}
 	if c.Rank() == 0 {
+		base := time.Now()
 		for i := range t[:min(len(t), 50)] {
-			t0 := time.Now()
+			t0 := time.Since(base)
 			copy(recv, send)
-			t[i] = time.Since(t0)
+			t[i] = time.Since(base) - t0
 		}
 		fmt.Printf("memcpy %d %.3f\n", maxN*4, median(t[:min(len(t), 50)]))
 	}
 	return c.Barrier(ctx)
+}
+
+// bindTo binds the thread that makes the calls to CPU cpu and keeps the
+// calling goroutine on it. The process's other threads float: bound to
+// the same CPU, the runtime's and the communicator's background work
+// would wait there behind a spinning rank.
+func bindTo(cpu int) error {
+	runtime.LockOSThread()
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("bind to CPU %d: %w", cpu, err)
+	}
+	return nil
 }
 
 func median(t []time.Duration) float64 {
