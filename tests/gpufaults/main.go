@@ -259,7 +259,7 @@ func shrinkMode(n int) error {
 	t1 := time.Now()
 	child, err := c.Shrink(ctx, []int{victim}, comm.Options{})
 	if err != nil {
-		return fmt.Errorf("Shrink: %w", err)
+		return fmt.Errorf("shrink: %w", err)
 	}
 	shrunk := time.Since(t1)
 	defer c.Close()
