@@ -71,16 +71,27 @@ func hashNode(s string) NodeID {
 // Nodes groups ranks by node, in order of each node's lowest rank:
 // Nodes()[k] lists the ranks of node k, ascending.
 func Nodes(ids []NodeID) [][]int {
-	var out [][]int
-	index := map[NodeID]int{}
-	for r, id := range ids {
-		k, ok := index[id]
+	members, _, _ := layout(ids)
+	return members
+}
+
+// Layout is Nodes for node keys given as strings (a backend's view of the
+// job), with each rank's node number and its local rank on that node:
+// members[nodeOf[r]][localOf[r]] == r.
+func Layout(keys []string) (members [][]int, nodeOf, localOf []int) { return layout(keys) }
+
+func layout[K comparable](keys []K) (members [][]int, nodeOf, localOf []int) {
+	index := map[K]int{}
+	nodeOf, localOf = make([]int, len(keys)), make([]int, len(keys))
+	for r, key := range keys {
+		k, ok := index[key]
 		if !ok {
-			k = len(out)
-			index[id] = k
-			out = append(out, nil)
+			k = len(members)
+			index[key] = k
+			members = append(members, nil)
 		}
-		out[k] = append(out[k], r)
+		nodeOf[r], localOf[r] = k, len(members[k])
+		members[k] = append(members[k], r)
 	}
-	return out
+	return members, nodeOf, localOf
 }

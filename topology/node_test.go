@@ -73,3 +73,24 @@ func TestNodes(t *testing.T) {
 		assert.Equal(t, tc.want, Nodes(tc.ids))
 	}
 }
+
+func TestLayout(t *testing.T) {
+	cases := []struct {
+		keys            []string
+		members         [][]int
+		nodeOf, localOf []int
+	}{
+		{[]string{"a"}, [][]int{{0}}, []int{0}, []int{0}},
+		{[]string{"a", "a", "b", "b"}, [][]int{{0, 1}, {2, 3}}, []int{0, 0, 1, 1}, []int{0, 1, 0, 1}},
+		{[]string{"b", "a", "b", "a", "b"}, [][]int{{0, 2, 4}, {1, 3}}, []int{0, 1, 0, 1, 0}, []int{0, 0, 1, 1, 2}},
+	}
+	for _, tc := range cases {
+		members, nodeOf, localOf := Layout(tc.keys)
+		assert.Equal(t, tc.members, members, "%v", tc.keys)
+		assert.Equal(t, tc.nodeOf, nodeOf, "%v", tc.keys)
+		assert.Equal(t, tc.localOf, localOf, "%v", tc.keys)
+		for r := range tc.keys {
+			assert.Equal(t, r, members[nodeOf[r]][localOf[r]], "%v: rank %d", tc.keys, r)
+		}
+	}
+}

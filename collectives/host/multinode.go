@@ -14,6 +14,7 @@ import (
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internode/ucx"
+	"github.com/goccl/goccl/topology"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -119,18 +120,7 @@ func newMulti(ctx context.Context, b transport.Bootstrap, cfg Config) (collectiv
 
 // layout numbers the nodes in order of their lowest rank.
 func (m *multi) layout(nodes []string) {
-	index := map[string]int{}
-	m.nodeOf, m.localOf = make([]int, m.n), make([]int, m.n)
-	for r, k := range nodes {
-		i, ok := index[k]
-		if !ok {
-			i = len(m.members)
-			index[k] = i
-			m.members = append(m.members, nil)
-		}
-		m.nodeOf[r], m.localOf[r] = i, len(m.members[i])
-		m.members[i] = append(m.members[i], r)
-	}
+	m.members, m.nodeOf, m.localOf = topology.Layout(nodes)
 	m.node, m.lrank = m.nodeOf[m.rank], m.localOf[m.rank]
 	m.all = make([]int, m.n)
 	for r := range m.all {

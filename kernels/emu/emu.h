@@ -43,6 +43,19 @@ bool emu_run_ranks(int nranks, const std::function<int(int)>& rank, const std::f
 // emu_map_shared maps size bytes of zeroed memory that the processes forked
 // afterwards share; nullptr (after saying why) when it cannot.
 char* emu_map_shared(size_t size);
+// EmuRegion is one of every rank's regions: its name in fault messages
+// (after "rank N "), its bytes (whole pages) and where each rank's goes.
+struct EmuRegion {
+  const char* name;
+  uint64_t bytes;
+  char** at;  // at[rank]
+};
+// emu_map_ranks maps, shared with the processes forked afterwards, a page
+// for the abort flag and then, for each of n ranks, its regions in order,
+// each behind an inaccessible guard page, and names them (after clearing
+// the names before). It returns the base (the abort flag's page) with the
+// mapping's size in *size, or nullptr.
+char* emu_map_ranks(int n, const std::vector<EmuRegion>& regions, size_t* size);
 // emu_name_region names memory for fault messages (before any fork).
 void emu_name_region(const char* name, const void* base, uint64_t size);
 void emu_clear_regions();

@@ -117,32 +117,12 @@ bool comm_create(Comm& c, const Scenario& s) {
   uint64_t most = 0;
   for (const Launch& l : s.launches) most = std::max(most, (l.a2a ? c.n : 1) * l.bytes + 64);
   c.regBytes = rup(most, pg);
-  c.size = 2 * pg + c.n * (c.wsBytes + 2 * c.regBytes + 3 * pg);
-  if (!(c.base = emu_map_shared(c.size))) return false;
+  const std::vector<EmuRegion> regions = {
+      {"workspace", c.wsBytes, c.ws},
+      {"send region", c.regBytes, c.sendReg},
+      {"recv region", c.regBytes, c.recvReg}};
+  if (!(c.base = emu_map_ranks(c.n, regions, &c.size))) return false;
   c.abortFlag = (u32*)c.base;
-  char* p = c.base + pg;
-  auto guard = [&](char* at) { mprotect(at, pg, PROT_NONE); };
-  guard(p);
-  p += pg;
-  emu_clear_regions();
-  for (int r = 0; r < c.n; r++) {
-    const std::string rs = "rank " + std::to_string(r);
-    c.ws[r] = p;
-    emu_name_region((rs + " workspace").c_str(), p, c.wsBytes);
-    p += c.wsBytes;
-    guard(p);
-    p += pg;
-    c.sendReg[r] = p;
-    emu_name_region((rs + " send region").c_str(), p, c.regBytes);
-    p += c.regBytes;
-    guard(p);
-    p += pg;
-    c.recvReg[r] = p;
-    emu_name_region((rs + " recv region").c_str(), p, c.regBytes);
-    p += c.regBytes;
-    guard(p);
-    p += pg;
-  }
   return true;
 }
 

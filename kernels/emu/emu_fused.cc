@@ -192,32 +192,12 @@ bool comm_create(Comm& c, const Scenario& s) {
   c.llOffset = 0;  // no staging: LL lines only
   c.wsBytes = rup(kSignalSize + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
   c.dataBytes = rup(s.dataBytes, pg);
-  c.size = 2 * pg + c.n * (c.wsBytes + kDescBytes + c.dataBytes + 3 * pg);
-  if (!(c.base = emu_map_shared(c.size))) return false;
+  const std::vector<EmuRegion> regions = {
+      {"workspace", c.wsBytes, c.ws},
+      {"descriptors", rup(kDescBytes, pg), c.desc},
+      {"data", c.dataBytes, c.data}};
+  if (!(c.base = emu_map_ranks(c.n, regions, &c.size))) return false;
   c.abortFlag = (u32*)c.base;
-  char* p = c.base + pg;
-  auto guard = [&](char* at) { mprotect(at, pg, PROT_NONE); };
-  guard(p);
-  p += pg;
-  emu_clear_regions();
-  for (int r = 0; r < c.n; r++) {
-    const std::string rs = "rank " + std::to_string(r);
-    c.ws[r] = p;
-    emu_name_region((rs + " workspace").c_str(), p, c.wsBytes);
-    p += c.wsBytes;
-    guard(p);
-    p += pg;
-    c.desc[r] = p;
-    emu_name_region((rs + " descriptors").c_str(), p, kDescBytes);
-    p += rup(kDescBytes, pg);
-    guard(p);
-    p += pg;
-    c.data[r] = p;
-    emu_name_region((rs + " data").c_str(), p, c.dataBytes);
-    p += c.dataBytes;
-    guard(p);
-    p += pg;
-  }
   return true;
 }
 

@@ -271,6 +271,29 @@ char* emu_map_shared(size_t size) {
   return (char*)p;
 }
 
+char* emu_map_ranks(int n, const std::vector<EmuRegion>& regions, size_t* size) {
+  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  size_t per = 0;
+  for (const EmuRegion& g : regions) per += g.bytes + pg;
+  *size = 2 * pg + n * per;
+  char* base = emu_map_shared(*size);
+  if (!base) return nullptr;
+  char* p = base + pg;
+  mprotect(p, pg, PROT_NONE);
+  p += pg;
+  emu_clear_regions();
+  for (int rank = 0; rank < n; rank++) {
+    for (const EmuRegion& g : regions) {
+      g.at[rank] = p;
+      emu_name_region(("rank " + std::to_string(rank) + " " + g.name).c_str(), p, g.bytes);
+      p += g.bytes;
+      mprotect(p, pg, PROT_NONE);
+      p += pg;
+    }
+  }
+  return base;
+}
+
 double emu_now() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

@@ -142,31 +142,40 @@ func fill(b []byte, seed uint64, rank int) {
 	}
 }
 
-func killMode(n int) error {
-	// The launcher stops the other ranks once one fails; the survivor must
-	// outlive that to report, so it ignores SIGTERM (the launcher's grace
-	// period ends it otherwise).
+// healthyJob joins the job as a GPU communicator of size ranks, and runs
+// three checked AllReduces of n float32 on it. The launcher stops the other
+// ranks once one fails; a survivor must outlive that to report, so the
+// process ignores SIGTERM (the launcher's grace period ends it otherwise).
+func healthyJob(ctx context.Context, size, n int) (cuda.Driver, *comm.Comm, *rig, error) {
 	signal.Ignore(syscall.SIGTERM)
-	ctx := context.Background()
 	drv, err := cuda.Load()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendGPU})
 	if err != nil {
-		return fmt.Errorf("init: %w", err)
+		return nil, nil, nil, fmt.Errorf("init: %w", err)
 	}
-	if c.Size() != 2 {
-		return fmt.Errorf("run me as 2 ranks, not %d", c.Size())
+	if c.Size() != size {
+		return nil, nil, nil, fmt.Errorf("run me as %d ranks, not %d", size, c.Size())
 	}
 	r, err := newRig(c, drv, n)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	for it := 0; it < 3; it++ {
 		if err := r.allReduce(ctx, uint64(it), true); err != nil {
-			return fmt.Errorf("healthy iteration %d: %w", it, err)
+			return nil, nil, nil, fmt.Errorf("healthy iteration %d: %w", it, err)
 		}
+	}
+	return drv, c, r, nil
+}
+
+func killMode(n int) error {
+	ctx := context.Background()
+	drv, c, r, err := healthyJob(ctx, 2, n)
+	if err != nil {
+		return err
 	}
 	if c.Rank() == 1 {
 		// Die while rank 0 is inside (or about to enter) the next
@@ -216,27 +225,10 @@ func killMode(n int) error {
 }
 
 func shrinkMode(n int) error {
-	signal.Ignore(syscall.SIGTERM) // as in killMode: outlive the launcher's stop
 	ctx := context.Background()
-	drv, err := cuda.Load()
+	drv, c, r, err := healthyJob(ctx, 3, n)
 	if err != nil {
 		return err
-	}
-	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendGPU})
-	if err != nil {
-		return fmt.Errorf("init: %w", err)
-	}
-	if c.Size() != 3 {
-		return fmt.Errorf("run me as 3 ranks, not %d", c.Size())
-	}
-	r, err := newRig(c, drv, n)
-	if err != nil {
-		return err
-	}
-	for it := 0; it < 3; it++ {
-		if err := r.allReduce(ctx, uint64(it), true); err != nil {
-			return fmt.Errorf("healthy iteration %d: %w", it, err)
-		}
 	}
 	const victim = 2
 	if c.Rank() == victim {
