@@ -40,6 +40,8 @@ type interComm interface {
 	Reduce(send, recv uintptr, count int, t nccl.DataType, op nccl.Op, root int, stream uintptr) error
 	Send(buf uintptr, count int, t nccl.DataType, peer int, stream uintptr) error
 	Recv(buf uintptr, count int, t nccl.DataType, peer int, stream uintptr) error
+	CreatePreMulSum(bits uint64, devPtr uintptr, t nccl.DataType) (nccl.Op, error)
+	DestroyOp(op nccl.Op) error
 	AsyncError() error
 	Abort() error
 	Destroy() error

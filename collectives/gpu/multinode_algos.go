@@ -26,7 +26,8 @@ import (
 //     on that rail. Reduce: every node reduces to its rank on the root's
 //     rail, then that rail reduces to the root.
 // A floating-point Avg averages on each leg (over ranks of equal weight);
-// a PreMulSum scales on the first leg inside the node and sums after;
+// a PreMulSum scales on the first leg inside the node and sums after (on
+// the flat communicator NCCL scales, with an operator made per call);
 // an integer Avg, which truncates once after the whole sum, runs on NCCL's
 // flat communicator, as does every collective where the nodes' sizes
 // differ.
@@ -38,13 +39,6 @@ func (m *multi) Run(ctx context.Context, a *collectives.Args) error {
 	}
 	if a.Count == 0 {
 		return nil
-	}
-	if !m.equal && a.Op == collectives.PreMulSum && a.Coll.Reduces() {
-		// That would run flat, whose legs read the inputs themselves, and
-		// goccl creates no scaled-sum operator on NCCL's communicator.
-		// Every rank refuses alike, before anything is enqueued.
-		return fmt.Errorf("gpu backend: %s with a PreMulSum across nodes of unequal sizes (%s): %w",
-			a.Coll, m.describe(), collectives.ErrNotSupported)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -269,6 +263,21 @@ func (m *multi) runFlat(a *collectives.Args) error {
 			"rank", m.rank, "layout", m.describe())
 	}
 	dt, op := nt(a)
+	if a.Op == collectives.PreMulSum && a.Coll.Reduces() {
+		// NCCL reads the inputs itself here: it scales them, with an
+		// operator of its own made for this call (NCCL lets one be
+		// destroyed once the calls using it are enqueued).
+		sop, err := m.flat.CreatePreMulSum(a.Scalar.Bits, a.Scalar.Ptr, dt)
+		if err != nil {
+			return railErr(a.Coll, err)
+		}
+		op = sop
+		defer func() {
+			if err := m.flat.DestroyOp(sop); err != nil {
+				m.log.Warn("goccl gpu backend: ncclRedOpDestroy", "rank", m.rank, "err", err)
+			}
+		}()
+	}
 	var err error
 	switch a.Coll {
 	case collectives.AllReduce:

@@ -234,16 +234,47 @@ func (f *fakeNodeBackend) Close() error { return nil }
 
 // fakeComm is one rank's NCCL communicator.
 type fakeComm struct {
-	h      *fakeHub
-	member int
+	h         *fakeHub
+	member    int
+	ops       map[nccl.Op]int32 // operators CreatePreMulSum made, with their scalars
+	next      int
+	destroyed int
 }
 
 func (c *fakeComm) run(coll collectives.Collective, send, recv uintptr, count, root int, op nccl.Op) error {
-	if collectives.Op(op) == collectives.PreMulSum {
+	call := fakeCall{coll: coll, send: send, recv: recv, count: count, root: root, op: collectives.Op(op), member: c.member}
+	switch scale, made := c.ops[op]; {
+	case made:
+		call.op, call.scale = collectives.PreMulSum, scale
+	case collectives.Op(op) == collectives.PreMulSum:
 		// As NCCL: an operator it did not create is unknown to it.
 		return errors.New("fake NCCL: reduction operation 5 unknown to this communicator")
 	}
-	c.h.join(fakeCall{coll: coll, send: send, recv: recv, count: count, root: root, op: collectives.Op(op), member: c.member})
+	c.h.join(call)
+	return nil
+}
+
+// CreatePreMulSum hands out NCCL-like operator numbers from 64, each
+// remembering its scalar (int32 elements, by value).
+func (c *fakeComm) CreatePreMulSum(bits uint64, devPtr uintptr, _ nccl.DataType) (nccl.Op, error) {
+	if devPtr != 0 {
+		return 0, errors.New("fake NCCL: no device memory here")
+	}
+	if c.ops == nil {
+		c.ops = map[nccl.Op]int32{}
+	}
+	c.next++
+	op := nccl.Op(63 + c.next)
+	c.ops[op] = int32(uint32(bits))
+	return op, nil
+}
+
+func (c *fakeComm) DestroyOp(op nccl.Op) error {
+	if _, ok := c.ops[op]; !ok {
+		return errors.New("fake NCCL: no such operator")
+	}
+	delete(c.ops, op)
+	c.destroyed++
 	return nil
 }
 func (c *fakeComm) AllReduce(s, r uintptr, n int, _ nccl.DataType, op nccl.Op, _ uintptr) error {
@@ -454,14 +485,15 @@ func checkComposed(t *testing.T, ms []*multi, s *fakeSpace, rng *rand.Rand, coll
 		}()
 	}
 	wg.Wait()
-	if op == collectives.PreMulSum && coll.Reduces() && !ms[0].equal {
-		for r, err := range errs {
-			require.ErrorIs(t, err, collectives.ErrNotSupported, "rank %d: a PreMulSum across unequal nodes", r)
-		}
-		return
-	}
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
+	}
+	if op == collectives.PreMulSum && coll.Reduces() && !ms[0].equal {
+		for r, m := range ms {
+			fc := m.flat.(*fakeComm)
+			assert.Empty(t, fc.ops, "rank %d: every operator made for a flat PreMulSum is destroyed", r)
+			assert.Positive(t, fc.destroyed, "rank %d: the flat PreMulSum made its operator", r)
+		}
 	}
 	reduce := func(block int) []int32 {
 		out := make([]int32, count)

@@ -14,7 +14,7 @@ import (
 
 // buildFake compiles testdata/fakenccl.c into dir/name with the given
 // version and, when goccl is set, goccl's error text.
-func buildFake(t *testing.T, dir, name string, version int, goccl bool) string {
+func buildFake(t *testing.T, dir, name string, version int, goccl bool, defines ...string) string {
 	t.Helper()
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -24,6 +24,9 @@ func buildFake(t *testing.T, dir, name string, version int, goccl bool) string {
 	args := []string{"-shared", "-fPIC", "-O0", "-o", out, "testdata/fakenccl.c", "-DFAKE_VERSION=" + itoa(version)}
 	if goccl {
 		args = append(args, "-DFAKE_GOCCL")
+	}
+	for _, d := range defines {
+		args = append(args, "-D"+d)
 	}
 	b, err := exec.Command(cc, args...).CombinedOutput()
 	require.NoError(t, err, "%s", b)
@@ -131,4 +134,38 @@ func TestCallsReachTheLibrary(t *testing.T) {
 	assert.NoError(t, c.AsyncError(), "an aborted communicator reports nothing more")
 	assert.True(t, errors.Is(c.Send(0, 1, 7, 0, 0), errGone))
 	assert.NoError(t, c.Destroy(), "Destroy after Abort does nothing")
+}
+
+func TestPreMulSumOperators(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		defines []string
+	}{{"library has them", nil}, {"library lacks them", []string{"FAKE_NO_PREMUL"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := load(buildFake(t, t.TempDir(), libName, 22809, false, tc.defines...), nil)
+			require.NoError(t, err)
+			id, err := l.GetUniqueID()
+			require.NoError(t, err)
+			c, err := l.InitRank(0, 2, 0, id, "")
+			require.NoError(t, err)
+			defer c.Destroy()
+			op, err := c.CreatePreMulSum(7, 0, 2)
+			if tc.defines != nil {
+				assert.ErrorIs(t, err, ErrNotSupported)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, Op(1107), op, "a scalar read now, its value passed")
+			dop, err := c.CreatePreMulSum(0, 0x1000, 2)
+			require.NoError(t, err)
+			assert.Equal(t, Op(1000), dop, "a scalar in device memory")
+			_, err = c.CreatePreMulSum(7, 0, 7)
+			var ne *Error
+			require.ErrorAs(t, err, &ne)
+			assert.Equal(t, "ncclRedOpCreatePreMulSum", ne.Call)
+			assert.NoError(t, c.DestroyOp(op))
+			assert.NoError(t, c.DestroyOp(dop))
+			assert.Error(t, c.DestroyOp(5), "an operator NCCL did not make")
+		})
+	}
 }

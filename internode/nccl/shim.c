@@ -31,6 +31,8 @@ typedef struct {
 	int (*async_error)(gnccl_comm, int *);
 	int (*abort)(gnccl_comm);
 	int (*destroy)(gnccl_comm);
+	int (*redop_create)(int *, void *, int, int, gnccl_comm); // ncclRedOpCreatePreMulSum
+	int (*redop_destroy)(int, gnccl_comm);
 } gnccl_lib;
 
 static gnccl_lib L;
@@ -89,6 +91,8 @@ int gnccl_load(const char *path, char *err, size_t errlen, int *version, char *p
 	SYM(abort, "ncclCommAbort");
 	SYM(destroy, "ncclCommDestroy");
 	*(void **)(&l.last_error) = dlsym(h, "ncclGetLastError"); // 2.13 and later
+	*(void **)(&l.redop_create) = dlsym(h, "ncclRedOpCreatePreMulSum"); // 2.11 and later
+	*(void **)(&l.redop_destroy) = dlsym(h, "ncclRedOpDestroy");
 	// ncclInternalError's text: goccl's library names goccl in it.
 	const char *s = l.error_string(3);
 	snprintf(probe, probelen, "%s", s ? s : "");
@@ -175,3 +179,16 @@ int gnccl_group_end(uintptr_t cuctx) {
 int gnccl_async_error(void *comm, int *res) { return L.async_error(comm, res); }
 int gnccl_abort(void *comm) { return L.abort(comm); }
 int gnccl_destroy(void *comm) { return L.destroy(comm); }
+
+// gnccl_premulsum_create makes a scaled-sum operator on comm whose scalar
+// is bits (the type's little-endian bytes, read now: NCCL's
+// ncclScalarHostImmediate) or, when devptr is not 0, the element there in
+// device memory, read when each collective runs (ncclScalarDevice). -1:
+// the library has no such function.
+int gnccl_premulsum_create(int *op, uint64_t bits, uintptr_t devptr, int dt, void *comm) {
+	if (!L.redop_create || !L.redop_destroy) return -1;
+	if (devptr) return L.redop_create(op, P(devptr), dt, 0, comm);
+	return L.redop_create(op, &bits, dt, 1, comm);
+}
+
+int gnccl_premulsum_destroy(int op, void *comm) { return L.redop_destroy(op, comm); }

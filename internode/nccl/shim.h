@@ -19,4 +19,6 @@ int gnccl_group_end(uintptr_t cuctx);
 int gnccl_async_error(void *comm, int *res);
 int gnccl_abort(void *comm);
 int gnccl_destroy(void *comm);
+int gnccl_premulsum_create(int *op, uint64_t bits, uintptr_t devptr, int dt, void *comm);
+int gnccl_premulsum_destroy(int op, void *comm);
 #endif
