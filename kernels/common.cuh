@@ -604,7 +604,7 @@ struct Ctx {
   }
 };
 
-// ---- device timestamps (the flight recorder) -------------------------------
+// ---- GPU timestamps (the flight recorder) -------------------------------
 
 // Stamp is one call's slot in the host-mapped table collectives/gpu
 // (stamps.go) reads: %globaltimer when the kernel started and when its last

@@ -250,7 +250,7 @@ func TestRecordPlainGroupPeers(t *testing.T) {
 	assert.Equal(t, []int{3}, calls[1].Peers())
 }
 
-// TestResolveReplays: a call whose device times change (a captured
+// TestResolveReplays: a call whose GPU times change (a captured
 // graph replayed) takes the newest and counts its runs; a group spans its
 // first call's start to its last call's finish.
 func TestResolveReplays(t *testing.T) {

@@ -29,7 +29,7 @@ type Config struct {
 	// per block, so fewer blocks get larger slots, up to 128 KiB. Every
 	// rank must use the same value: New checks.
 	MaxBlocks int
-	// Stamps is the size of the table of device timestamps the kernels
+	// Stamps is the size of the table of GPU timestamps the kernels
 	// write for the flight recorder (stamps.go): its ring's size; 0 leaves
 	// the kernels' timestamps off.
 	Stamps int

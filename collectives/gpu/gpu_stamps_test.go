@@ -16,7 +16,7 @@ import (
 	"github.com/goccl/goccl/recorder"
 )
 
-// The device timestamps on a GPU: ranks share GPU 0 (one process, one
+// The GPU timestamps on a GPU: ranks share GPU 0 (one process, one
 // context, so their kernels run side by side rather than time-sliced).
 
 const stampSlots = 64

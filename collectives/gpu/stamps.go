@@ -9,7 +9,7 @@ import (
 	"github.com/goccl/goccl/internal/cuda"
 )
 
-// The flight recorder's device timestamps: a table of Stamps
+// The flight recorder's GPU timestamps: a table of Stamps
 // (kernels/common.cuh) in host-pinned, device-mapped memory, one per call
 // number modulo its size. Run hands a kernel its call's Stamp in
 // Params.reserved[0]; the kernel stores %globaltimer at its start and its

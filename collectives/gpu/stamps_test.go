@@ -56,7 +56,7 @@ func TestStampsGivenToKernels(t *testing.T) {
 		})
 	}
 
-	t.Run("device times read back", func(t *testing.T) {
+	t.Run("GPU times read back", func(t *testing.T) {
 		require.NoError(t, be.Run(context.Background(), ar(21)))
 		s := stampAt(d, u64at(d.launches[len(d.launches)-1].params, offStamp))
 		_, _, ok := be.CallTimes(21)
