@@ -50,7 +50,7 @@ func build(t testing.TB) (lib, bin string) {
 			built.err = fmt.Errorf("go build -buildmode=c-shared: %w\n%s", err, out)
 			return
 		}
-		cc := exec.Command(gcc, "-O1", "-Wall", "-Werror", "-I../include", "-o", built.bin, "testdata/ncclcheck.c",
+		cc := exec.Command(gcc, "-O1", "-Wall", "-Werror", "-I../include", "-o", built.bin, "testdata/ncclcheck.c", "testdata/ncclcheck_premul.c",
 			"-L"+built.dir, "-l:libnccl.so.2", "-Wl,-rpath,"+built.dir, "-lm", "-lpthread")
 		if out, err := cc.CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("gcc: %w\n%s", err, out)

@@ -9,97 +9,18 @@
  *   ncclcheck basic | nonblocking | abort | abortthread | initall | cycles N | bench N
  *
  * Rank 0's unique id reaches the others through a file in $NCCLCHECK_DIR.
+ * ncclcheck_premul.c holds the checks of the scaled sums and 8-bit floats.
  */
-#include <errno.h>
-#include <stddef.h>
-#include <math.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <dirent.h>
-#include <unistd.h>
-
-#include "nccl.h"
+#include "ncclcheck.h"
 
 /* Not in nccl.h: the device API's host entry points, exported anyway. */
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* out);
 
-static int rank, nranks, failures;
-
-#define CHECK(name, cond, ...)                  \
-  do {                                          \
-    if (cond) {                                 \
-      printf("ok %s\n", name);                  \
-    } else {                                    \
-      printf("FAIL %s: ", name);                \
-      printf(__VA_ARGS__);                      \
-      printf("\n");                             \
-      failures++;                               \
-    }                                           \
-  } while (0)
-
-#define MUST(call)                                                                                  \
-  do {                                                                                              \
-    ncclResult_t r_ = (call);                                                                       \
-    if (r_ != ncclSuccess) {                                                                        \
-      printf("FAIL %s:%d %s: %s (%d): %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), r_, \
-             ncclGetLastError(NULL));                                                               \
-      exit(1);                                                                                      \
-    }                                                                                               \
-  } while (0)
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* ---- id exchange ---- */
-
-static void id_path(char* buf, size_t n, const char* tag) {
-  const char* dir = getenv("NCCLCHECK_DIR");
-  snprintf(buf, n, "%s/id.%s", dir ? dir : "/tmp", tag);
-}
-
-static ncclUniqueId share_id(const char* tag) {
-  ncclUniqueId id;
-  char path[512], tmp[600];
-  id_path(path, sizeof path, tag);
-  if (rank == 0) {
-    MUST(ncclGetUniqueId(&id));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-      printf("FAIL writing %s: %s\n", path, strerror(errno));
-      exit(1);
-    }
-    return id;
-  }
-  for (int i = 0; i < 60000; i++) {
-    FILE* f = fopen(path, "rb");
-    if (f) {
-      size_t got = fread(&id, sizeof id, 1, f);
-      fclose(f);
-      if (got == 1) return id;
-    }
-    sleep_ms(5);
-  }
-  printf("FAIL no id at %s\n", path);
-  exit(1);
-}
-
-static ncclComm_t init_comm(const char* tag) {
-  ncclUniqueId id = share_id(tag);
-  ncclComm_t c = NULL;
-  MUST(ncclCommInitRank(&c, nranks, id, rank));
-  return c;
-}
+int rank, nranks, failures;
 
 /* ---- data ---- */
 
-static uint64_t mix(uint64_t x) {
+uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -108,7 +29,7 @@ static uint64_t mix(uint64_t x) {
 
 /* Small integers, so that every type holds them and every sum is exact;
  * products use {-1, 1, 2} (unsigned: {1, 2}). */
-static double value(int seed, int r, size_t i, int prod, int isunsigned) {
+double value(int seed, int r, size_t i, int prod, int isunsigned) {
   uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)r << 32) ^ i);
   if (prod) {
     static const double p[] = {-1, 1, 2};
@@ -117,21 +38,15 @@ static double value(int seed, int r, size_t i, int prod, int isunsigned) {
   return isunsigned ? (double)(h % 9) : (double)((int)(h % 17) - 8);
 }
 
-typedef struct {
-  ncclDataType_t t;
-  const char* name;
-  size_t size;
-  int isfloat, isunsigned;
-} dtype;
 
-static const dtype dtypes[] = {
+const dtype dtypes[] = {
     {ncclInt8, "int8", 1, 0, 0},     {ncclUint8, "uint8", 1, 0, 1},   {ncclInt32, "int32", 4, 0, 0},
     {ncclUint32, "uint32", 4, 0, 1}, {ncclInt64, "int64", 8, 0, 0},   {ncclUint64, "uint64", 8, 0, 1},
     {ncclFloat32, "float", 4, 1, 0}, {ncclFloat64, "double", 8, 1, 0},
 };
-#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+const size_t ndtypes = sizeof dtypes / sizeof dtypes[0];
 
-static void put(const dtype* d, void* buf, size_t i, double v) {
+void put(const dtype* d, void* buf, size_t i, double v) {
   switch (d->t) {
     case ncclInt8: ((int8_t*)buf)[i] = (int8_t)v; break;
     case ncclUint8: ((uint8_t*)buf)[i] = (uint8_t)v; break;
@@ -145,7 +60,7 @@ static void put(const dtype* d, void* buf, size_t i, double v) {
   }
 }
 
-static double get(const dtype* d, const void* buf, size_t i) {
+double get(const dtype* d, const void* buf, size_t i) {
   switch (d->t) {
     case ncclInt8: return ((const int8_t*)buf)[i];
     case ncclUint8: return ((const uint8_t*)buf)[i];
@@ -182,13 +97,13 @@ static double reduce_ref(const dtype* d, ncclRedOp_t op, int seed, size_t i) {
   return acc;
 }
 
-static void* poisoned(size_t bytes) {
+void* poisoned(size_t bytes) {
   void* p = malloc(bytes ? bytes : 1);
   memset(p, 0xA5, bytes);
   return p;
 }
 
-static void fill(const dtype* d, void* buf, int seed, int r, size_t n, int prod) {
+void fill(const dtype* d, void* buf, int seed, int r, size_t n, int prod) {
   for (size_t i = 0; i < n; i++) put(d, buf, i, value(seed, r, i, prod, d->isunsigned));
 }
 
@@ -201,7 +116,7 @@ static void check_collectives(ncclComm_t comm) {
   const size_t n = 1031; /* odd, so that tails are exercised */
   int seed = 1;
   char name[128];
-  for (size_t di = 0; di < NDTYPES; di++) {
+  for (size_t di = 0; di < ndtypes; di++) {
     const dtype* d = &dtypes[di];
     for (int oi = 0; oi < 5; oi++, seed++) {
       ncclRedOp_t op = ops[oi];
@@ -283,116 +198,6 @@ static void check_collectives(ncclComm_t comm) {
     CHECK(name, bad == 0, "%zu wrong", bad);
     free(mine);
     free(all);
-  }
-}
-
-/* ---- scaled sums and the 8-bit floats ---- */
-
-/* The 8-bit floats' values, by their definitions (OCP E4M3: bias 7, no
- * infinity; E5M2: bias 15). */
-static double f8_value(ncclDataType_t t, uint8_t b) {
-  const int m3 = t == ncclFloat8e4m3, mb = m3 ? 3 : 2, bias = m3 ? 7 : 15;
-  const int e = (b & 0x7f) >> mb, m = b & ((1 << mb) - 1);
-  double v = e == 0 ? ldexp(m, 1 - bias - mb) : ldexp((1 << mb) + m, e - bias - mb);
-  return b & 0x80 ? -v : v;
-}
-
-/* f8_code finds the code of v, which the tests keep exact. */
-static uint8_t f8_code(ncclDataType_t t, double v) {
-  for (int c = 0; c < 256; c++)
-    if (f8_value(t, (uint8_t)c) == v && !(v == 0 && c != 0)) return (uint8_t)c;
-  return 0x7f;
-}
-
-/* Rank r's scalar (each rank its own, as NCCL allows). */
-static double premul_scalar(int r, int isunsigned) { return isunsigned ? 1 + r % 3 : (r % 2 ? -2 : 1 + r); }
-
-static void check_premulsum(ncclComm_t comm) {
-  const size_t n = 517;
-  char name[128];
-  int seed = 500;
-  for (size_t di = 0; di < NDTYPES; di++, seed++) {
-    const dtype* d = &dtypes[di];
-    for (int byaddr = 0; byaddr < 2; byaddr++) {
-      uint64_t cell = 0; /* the scalar as the element type */
-      put(d, &cell, 0, byaddr ? 99 : premul_scalar(rank, d->isunsigned));
-      ncclRedOp_t op;
-      MUST(ncclRedOpCreatePreMulSum(&op, &cell, d->t, byaddr ? ncclScalarDevice : ncclScalarHostImmediate, comm));
-      cell = 0; /* by value: too late to matter; by address: read by the call */
-      put(d, &cell, 0, byaddr ? premul_scalar(rank, d->isunsigned) : 99);
-      void* send = poisoned(n * d->size);
-      void* recv = poisoned(n * d->size);
-      fill(d, send, seed, rank, n, 0);
-      MUST(ncclAllReduce(send, recv, n, d->t, op, comm, NULL));
-      size_t bad = 0, first = 0;
-      double want0 = 0;
-      for (size_t i = 0; i < n; i++) {
-        double want = 0;
-        for (int r = 0; r < nranks; r++) want += value(seed, r, i, 0, d->isunsigned) * premul_scalar(r, d->isunsigned);
-        if (d->isunsigned) want = (double)(uint64_t)(int64_t)want; /* (never negative here) */
-        if (get(d, recv, i) != want && bad++ == 0) first = i, want0 = want;
-      }
-      snprintf(name, sizeof name, "premulsum/allreduce/%s/%s", d->name, byaddr ? "device" : "immediate");
-      CHECK(name, bad == 0, "%zu wrong, first at %zu: %g want %g", bad, first, get(d, recv, first), want0);
-      /* ReduceScatter in place. */
-      const size_t rc = 33;
-      void* big = poisoned(rc * nranks * d->size);
-      fill(d, big, seed + 50, rank, rc * nranks, 0);
-      char* mine = (char*)big + rank * rc * d->size;
-      MUST(ncclReduceScatter(big, mine, rc, d->t, op, comm, NULL));
-      bad = 0;
-      for (size_t i = 0; i < rc; i++) {
-        double want = 0;
-        for (int r = 0; r < nranks; r++)
-          want += value(seed + 50, r, rank * rc + i, 0, d->isunsigned) * premul_scalar(r, d->isunsigned);
-        bad += get(d, mine, i) != want;
-      }
-      snprintf(name, sizeof name, "premulsum/reducescatter-inplace/%s/%s", d->name, byaddr ? "device" : "immediate");
-      CHECK(name, bad == 0, "%zu wrong", bad);
-      MUST(ncclRedOpDestroy(op, comm));
-      free(big);
-      free(send);
-      free(recv);
-    }
-  }
-
-  /* The 8-bit floats: sums of small integers (exact in both), a Reduce
-   * and a PreMulSum by 1 or 2. */
-  const ncclDataType_t f8[] = {ncclFloat8e4m3, ncclFloat8e5m2};
-  const char* f8names[] = {"f8e4m3", "f8e5m2"};
-  for (int k = 0; k < 2; k++, seed++) {
-    const ncclDataType_t t = f8[k];
-    uint8_t* send = poisoned(n);
-    uint8_t* recv = poisoned(n);
-    for (size_t i = 0; i < n; i++) send[i] = f8_code(t, (double)(mix(seed * 977 + rank * 131 + i) % 5) - 2);
-    MUST(ncclAllReduce(send, recv, n, t, ncclSum, comm, NULL));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-      double want = 0;
-      for (int r = 0; r < nranks; r++) want += (double)(mix(seed * 977 + r * 131 + i) % 5) - 2;
-      bad += f8_value(t, recv[i]) != want;
-    }
-    snprintf(name, sizeof name, "fp8/allreduce/%s/sum", f8names[k]);
-    CHECK(name, bad == 0, "%zu wrong", bad);
-
-    for (size_t i = 0; i < n; i++) send[i] = f8_code(t, (double)(mix(seed * 31 + rank * 7 + i) % 3) - 1);
-    uint8_t two = f8_code(t, 1 + rank % 2);
-    ncclRedOp_t op;
-    MUST(ncclRedOpCreatePreMulSum(&op, &two, t, ncclScalarHostImmediate, comm));
-    memset(recv, 0xA5, n);
-    MUST(ncclReduce(send, recv, n, t, op, 0, comm, NULL));
-    bad = 0;
-    if (rank == 0)
-      for (size_t i = 0; i < n; i++) {
-        double want = 0;
-        for (int r = 0; r < nranks; r++) want += ((double)(mix(seed * 31 + r * 7 + i) % 3) - 1) * (1 + r % 2);
-        bad += f8_value(t, recv[i]) != want;
-      }
-    snprintf(name, sizeof name, "fp8/reduce/%s/premulsum", f8names[k]);
-    CHECK(name, bad == 0, "%zu wrong", bad);
-    MUST(ncclRedOpDestroy(op, comm));
-    free(send);
-    free(recv);
   }
 }
 
