@@ -42,52 +42,6 @@ extern int rank, nranks, failures;
     }                                                                                               \
   } while (0)
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* ---- id exchange ---- */
-
-static void id_path(char* buf, size_t n, const char* tag) {
-  const char* dir = getenv("NCCLCHECK_DIR");
-  snprintf(buf, n, "%s/id.%s", dir ? dir : "/tmp", tag);
-}
-
-static ncclUniqueId share_id(const char* tag) {
-  ncclUniqueId id;
-  char path[512], tmp[600];
-  id_path(path, sizeof path, tag);
-  if (rank == 0) {
-    MUST(ncclGetUniqueId(&id));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-      printf("FAIL writing %s: %s\n", path, strerror(errno));
-      exit(1);
-    }
-    return id;
-  }
-  for (int i = 0; i < 60000; i++) {
-    FILE* f = fopen(path, "rb");
-    if (f) {
-      size_t got = fread(&id, sizeof id, 1, f);
-      fclose(f);
-      if (got == 1) return id;
-    }
-    sleep_ms(5);
-  }
-  printf("FAIL no id at %s\n", path);
-  exit(1);
-}
-
-static ncclComm_t init_comm(const char* tag) {
-  ncclUniqueId id = share_id(tag);
-  ncclComm_t c = NULL;
-  MUST(ncclCommInitRank(&c, nranks, id, rank));
-  return c;
-}
-
 typedef struct {
   ncclDataType_t t;
   const char* name;
