@@ -18,8 +18,9 @@ const blk = 2048
 type scratch struct {
 	fa, fb [blk]float32
 	w      [blk]uint64
-	ptrs   []uintptr // the vector kernels' source addresses
-	mul    premul    // PreMulSum's scalar (reduce_premul.go)
+	//lint:ignore U1000 only the vector kernels use it (amd64 with cgo, reduce_simd.go)
+	ptrs []uintptr // the vector kernels' source addresses
+	mul  premul    // PreMulSum's scalar (reduce_premul.go)
 }
 
 type native interface {

@@ -13,9 +13,6 @@ import (
 	"unsafe"
 )
 
-// DefaultPath is the soname the driver installs.
-const DefaultPath = "libnvidia-ml.so.1"
-
 // Buffer sizes NVML documents as always large enough.
 const (
 	nameBufSize    = 96 // NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -27,11 +24,6 @@ const (
 type library struct {
 	l *C.gn_lib
 }
-
-// Open loads libnvidia-ml.so.1 and resolves its symbols; it does not call
-// nvmlInit (Init does). The error wraps ErrNoLibrary when the library or
-// one of its required entry points is missing.
-func Open() (Lib, error) { return OpenPath(DefaultPath) }
 
 // OpenPath is Open for a given file name or path (tests load stand-ins).
 func OpenPath(path string) (Lib, error) {

@@ -14,47 +14,8 @@ import (
 	"unsafe"
 )
 
-// UniqueIDBytes is the size of NCCL's ncclUniqueId.
-const UniqueIDBytes = 128
-
-// UniqueID names one communicator being made; rank 0 of it makes one and
-// sends it to the others.
-type UniqueID [UniqueIDBytes]byte
-
-// DataType and Op take NCCL's enum values (ncclDataType_t, ncclRedOp_t),
-// which goccl's collectives.DataType and collectives.Op share.
-type (
-	DataType int32
-	Op       int32
-)
-
-// Error is a failed NCCL call: its name, NCCL's result code and text, and
-// NCCL's last error message where it keeps one.
-type Error struct {
-	Call   string
-	Result int
-	Text   string
-	Detail string
-}
-
-func (e *Error) Error() string {
-	s := fmt.Sprintf("nccl: %s: %s (ncclResult_t %d)", e.Call, e.Text, e.Result)
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
-}
-
-// ErrRemote is wrapped by the errors of NCCL's ncclRemoteError: a peer
-// process exited or the network failed.
-var ErrRemote = errors.New("nccl: remote process exited or network error")
-
-// Is lets errors.Is(err, ErrRemote) match.
-func (e *Error) Is(target error) bool { return target == ErrRemote && e.Result == resultRemote }
-
 const (
 	resultSuccess    = 0
-	resultRemote     = 6
 	resultInProgress = 7
 )
 

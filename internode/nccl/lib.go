@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,17 +18,6 @@ import (
 	"time"
 	"unsafe"
 )
-
-// ErrUnavailable is wrapped by the error of Load when no usable
-// libnccl.so.2 was found.
-var ErrUnavailable = errors.New("nccl: libnccl.so.2 not available")
-
-// EnvPath names the library (or its directory) to load.
-const EnvPath = "GOCCL_NCCL_PATH"
-
-// MinVersion is the oldest release accepted (NCCL's version code,
-// major*10000 + minor*100 + patch): 2.19.
-const MinVersion = 21900
 
 const libName = "libnccl.so.2"
 
@@ -56,27 +44,11 @@ var (
 	loadErr  error
 )
 
-// Library is the loaded libnccl.so.2. Only one is loaded per process.
-type Library struct {
-	path    string
-	version int
-}
-
 // Load opens NCCL once per process (see the package comment for the
 // order of the search). The error wraps ErrUnavailable.
 func Load() (*Library, error) {
 	loadOnce.Do(func() { loadLib, loadErr = load(os.Getenv(EnvPath), candidates) })
 	return loadLib, loadErr
-}
-
-// Path is the file loaded; Version NCCL's release ("2.28.9").
-func (l *Library) Path() string { return l.path }
-
-// Version is the loaded release, as "2.28.9".
-func (l *Library) Version() string { return versionString(l.version) }
-
-func versionString(code int) string {
-	return fmt.Sprintf("%d.%d.%d", code/10000, code/100%100, code%100)
 }
 
 // candidates lists the paths to try when GOCCL_NCCL_PATH is unset: the

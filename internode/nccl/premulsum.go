@@ -5,14 +5,7 @@ package nccl
 */
 import "C"
 
-import (
-	"errors"
-	"fmt"
-)
-
-// ErrNotSupported is wrapped by the error of a call the loaded library
-// lacks.
-var ErrNotSupported = errors.New("nccl: not supported by the library")
+import "fmt"
 
 // CreatePreMulSum makes a scaled-sum operator on the communicator for
 // elements of type t (ncclRedOpCreatePreMulSum): each rank's input is

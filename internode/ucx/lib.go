@@ -8,7 +8,6 @@ package ucx
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,10 +15,6 @@ import (
 	"sync"
 	"unsafe"
 )
-
-// ErrUnavailable is wrapped by the error of Load when no usable libucp
-// was found.
-var ErrUnavailable = errors.New("ucx: libucp not available")
 
 // Minimum UCX release: the parameter layouts declared here are those of
 // 1.13's ucp.h (the oldest Debian stable ships).

@@ -8,7 +8,6 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -16,22 +15,6 @@ import (
 
 	"github.com/goccl/goccl/transport"
 )
-
-// ErrPeer is wrapped by the error of an operation whose peer's endpoint
-// failed (the peer died, or the link to it went down).
-var ErrPeer = errors.New("ucx: peer unreachable")
-
-// PeerError names the rank an operation failed with.
-type PeerError struct {
-	Rank  int
-	Cause error
-}
-
-// Error gives the rank and the cause.
-func (e *PeerError) Error() string { return fmt.Sprintf("ucx: rank %d: %v", e.Rank, e.Cause) }
-
-// Unwrap gives the cause.
-func (e *PeerError) Unwrap() error { return e.Cause }
 
 // Worker is one rank's UCX worker with an endpoint to every other rank
 // of a bootstrap. It is single-threaded: one goroutine at a time posts
@@ -192,9 +175,6 @@ func (wk *Worker) Recv(peer int, tag uint64, buf uintptr, n int) (Op, error) {
 	return Op{req: p, Peer: peer, recv: true, want: n}, nil
 }
 
-// ErrSizeMismatch is wrapped when a message's size is not its receive's.
-var ErrSizeMismatch = errors.New("ucx: message size differs from its receive's")
-
 // sizeError: peer sent got bytes (-1: more than want) where want were
 // expected.
 func (wk *Worker) sizeError(peer, got, want int) error {
@@ -207,26 +187,6 @@ func (wk *Worker) sizeError(peer, got, want int) error {
 
 // Progress advances the worker once; it reports whether anything moved.
 func (wk *Worker) Progress() bool { return C.g_progress(wk.w) != 0 }
-
-// WaitPolicy says when a wait gives up besides completion or a failed
-// endpoint.
-type WaitPolicy struct {
-	// Check is called every few polls; its error ends the wait (an
-	// abort, a cancelled context).
-	Check func() error
-	// Timeout bounds the whole wait; zero: none.
-	Timeout time.Duration
-	// Closed reports whether a peer has closed its communicator; a wait
-	// on it then ends after Grace, to let data already sent arrive.
-	Closed func(rank int) bool
-	Grace  time.Duration
-}
-
-// ErrTimeout is wrapped when a wait outlasts WaitPolicy.Timeout.
-var ErrTimeout = errors.New("ucx: timed out")
-
-// ErrPeerClosed is wrapped when a wait's peer closed before sending.
-var ErrPeerClosed = errors.New("ucx: peer closed")
 
 // Wait progresses until every op of ops has completed, or one failed (its
 // peer died: the error names it), or the policy ends the wait. On error

@@ -3,7 +3,6 @@ package ucx
 import (
 	"context"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 	"unsafe"
@@ -166,18 +165,4 @@ func TestWaitEndsOnCheckAndTimeout(t *testing.T) {
 		return b.Barrier(ctx)
 	})
 	require.NoError(t, err)
-}
-
-// TestLoadErrorSaysWhatToDo: a GOCCL_UCX_PATH that names nothing fails
-// naming the path and the setting.
-func TestLoadErrorSaysWhatToDo(t *testing.T) {
-	err := load("/nonexistent/libucp.so.0")
-	require.ErrorIs(t, err, ErrUnavailable)
-	assert.Contains(t, err.Error(), "/nonexistent/libucp.so.0")
-	assert.Contains(t, err.Error(), "GOCCL_UCX_PATH")
-	dir := t.TempDir()
-	err = load(dir)
-	require.ErrorIs(t, err, ErrUnavailable)
-	assert.Contains(t, err.Error(), dir+"/libucp.so.0")
-	_ = os.Remove(dir)
 }
