@@ -26,6 +26,10 @@
 // stream with the caller's CUDA context made current, so that CUDA graph
 // capture records it as it records goccl's own kernels.
 //
+// Built without cgo (CGO_ENABLED=0), Load fails with ErrUnavailable
+// saying so (nocgo.go); the errors and value types are the same in both
+// builds.
+//
 // The package sits at the transport level and imports nothing of goccl:
 // collectives/gpu composes it with goccl's own transports into the GPU
 // backend of jobs that span nodes.

@@ -22,6 +22,10 @@
 // shared memory between processes of one machine); UCX_TLS and
 // UCX_NET_DEVICES restrict them, as for any UCX program.
 //
+// Built without cgo (CGO_ENABLED=0), Load and New fail with
+// ErrUnavailable saying so (nocgo.go); the errors and WaitPolicy are the
+// same in both builds.
+//
 // The package sits at the transport level: it imports transport (for
 // the Bootstrap) only, and collectives/host composes it with its own
 // shared-memory path into the multi-node host backend.
