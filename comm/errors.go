@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
 )
 
 // ErrMismatch is wrapped by errors that say ranks of one job disagree
@@ -20,6 +21,11 @@ var ErrNotSupported = collectives.ErrNotSupported
 // machine and the backend (a custom one) reaches only the ranks of one
 // node; the host and GPU backends span nodes.
 var ErrSpansNodes = errors.New("goccl: ranks on more than one node")
+
+// ErrNoDriver is wrapped by init's error when the GPU backend was asked
+// for and no CUDA driver loads: none is installed, or the program was
+// built with CGO_ENABLED=0, which has no way to call it.
+var ErrNoDriver = cuda.ErrNoDriver
 
 // Errors of the collectives package re-exported so that users import only
 // comm.
