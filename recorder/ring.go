@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -37,14 +38,26 @@ type Meta struct {
 // Ring is one communicator's flight recorder. Begin and End are called by
 // the one goroutine issuing calls; Snapshot, Stats and Complete from any.
 // A nil *Ring records nothing (the recorder is off).
+//
+// A host call's End takes no lock: it leaves its outcome in one of two
+// buffers and publishes it with one atomic store; whoever takes mu next
+// (the next Begin, or a reader) applies it to the call's entry and to the
+// statistics (flush). Two buffers suffice: the writer fills a buffer only
+// after a Begin has taken mu since that buffer was last published, so
+// never while a reader that found it still holds mu.
 type Ring struct {
-	mu    sync.Mutex
-	ents  []entry
-	n     uint64 // calls recorded so far; the next id is n+1
-	async bool
-	clk   *clock
-	meta  Meta
-	stats stats
+	mu   sync.Mutex
+	ents []entry
+	n    uint64 // calls recorded so far; the next id is n+1
+	pos  uint64 // n's slot, n % len(ents), kept by wrapping rather than dividing
+	// The last host call's outcome, published by EndPath for flush.
+	pend    [2]pendEnd
+	pendID  atomic.Uint64 // the id of the call whose outcome pend[id&1] holds; 0 none
+	flushed uint64        // the id of the last outcome applied; under mu
+	async   bool
+	clk     *clock
+	meta    Meta
+	stats   stats
 	// names are the algorithms' and transports' names the calls took,
 	// which entries keep as indexes (1 + position; 0: none).
 	names []string
@@ -52,6 +65,15 @@ type Ring struct {
 	// take the path the one before took.
 	last      collectives.Path
 	lastCodes [2]uint8
+}
+
+// pendEnd is a host call's outcome, awaiting flush.
+type pendEnd struct {
+	id              uint64
+	slot            uint64
+	fin             int64
+	state           State
+	algo, transport uint8
 }
 
 // maxNames bounds Ring.names; a name beyond is not kept.
@@ -122,8 +144,8 @@ func (r *Ring) Begin(a *collectives.Args) uint64 {
 	}
 	t := r.clk.read()
 	r.mu.Lock()
-	r.n++
-	e := &r.ents[r.n%uint64(len(r.ents))]
+	r.flush()
+	e := r.next()
 	*e = entry{id: r.n, seq: a.Seq, count: int64(a.Count), stream: a.Stream, enq: t,
 		peer: -1, kind: Kind(a.Coll), dtype: int8(a.Type), op: int8(a.Op), state: Enqueued}
 	e.bytes = e.count * int64(a.Type.Size())
@@ -140,6 +162,34 @@ func (r *Ring) Begin(a *collectives.Args) uint64 {
 	return r.n
 }
 
+// next takes the slot of call n+1; mu is held.
+func (r *Ring) next() *entry {
+	r.n++
+	if r.pos++; r.pos == uint64(len(r.ents)) {
+		r.pos = 0
+	}
+	return &r.ents[r.pos]
+}
+
+// flush applies the outcome EndPath published last, once; mu is held.
+func (r *Ring) flush() {
+	id := r.pendID.Load()
+	if id == r.flushed {
+		return
+	}
+	r.flushed = id
+	p := &r.pend[id&1]
+	e := &r.ents[p.slot]
+	if e.id != p.id {
+		return // overwritten meanwhile (not on the writer's path: Begin flushes first)
+	}
+	e.algo, e.transport = p.algo, p.transport
+	e.fin, e.state = p.fin, p.state
+	if p.state == Finished {
+		r.stats.add(e.kind, e.bytes, ns(p.fin-e.beg, r.clk.mul))
+	}
+}
+
 // BeginGroup records a group (or a Send, Recv, AllToAll... issued as one)
 // about to run and returns its id for End.
 func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
@@ -148,8 +198,8 @@ func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
 	}
 	t := r.clk.read()
 	r.mu.Lock()
-	r.n++
-	e := &r.ents[r.n%uint64(len(r.ents))]
+	r.flush()
+	e := r.next()
 	*e = entry{id: r.n, seq: g.Seq, enq: t, peer: -1, kind: Group, state: Enqueued,
 		ops: int32(len(g.Colls) + len(g.P2P))}
 	if int(g.Kind) < len(groupKinds) {
@@ -236,8 +286,21 @@ func (r *Ring) EndPath(id uint64, err error, p collectives.Path) {
 	var t int64
 	if !r.async {
 		t = r.clk.read()
+		// The writer's own fields (n, pos, last) need no lock here: only
+		// this goroutine writes them.
+		if id == r.n && p == r.last {
+			st := Finished
+			if err != nil {
+				st = Failed // when it gave up
+			}
+			pe := &r.pend[id&1]
+			*pe = pendEnd{id: id, slot: r.pos, fin: t, state: st, algo: r.lastCodes[0], transport: r.lastCodes[1]}
+			r.pendID.Store(id)
+			return
+		}
 	}
 	r.mu.Lock()
+	r.flush()
 	e := &r.ents[id%uint64(len(r.ents))]
 	if e.id == id {
 		if p != r.last {
@@ -264,6 +327,7 @@ func (r *Ring) Complete(id uint64, start, finish int64) {
 		return
 	}
 	r.mu.Lock()
+	r.flush()
 	e := &r.ents[id%uint64(len(r.ents))]
 	if e.id == id && e.state == Enqueued {
 		e.beg, e.fin, e.state = start, finish, Finished
@@ -293,6 +357,7 @@ func (r *Ring) Resolve(dc DeviceClock) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.flush()
 	c := r.clk
 	for i := range r.ents {
 		e := &r.ents[i]
@@ -361,6 +426,7 @@ func (r *Ring) SnapshotLast(k int) Record {
 		return Record{Version: recordVersion}
 	}
 	r.mu.Lock()
+	r.flush()
 	n, size := r.n, uint64(len(r.ents))
 	first := uint64(1)
 	if keep := min(size, uint64(max(k, 0))); n > keep {
