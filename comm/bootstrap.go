@@ -43,7 +43,7 @@ type tcpBootstrap struct {
 
 	// Clean goodbyes: closedAfter[r] is the number of calls rank r made
 	// before it closed, or notClosed. calls is this rank's, told in its
-	// own goodbye.
+	// own goodbye, and the call gate (callgate.go).
 	closedMu    sync.Mutex
 	closedAfter []int64
 	onClosed    func(rank int)
@@ -251,7 +251,7 @@ func (b *tcpBootstrap) receive(ctx context.Context, p *peer) ([]byte, error) {
 func (b *tcpBootstrap) closedCause(r int) error {
 	if n, ok := b.closedCalls(r); ok {
 		return fmt.Errorf("%w after call #%d, with calls still outstanding on other ranks (rank %d is in call #%d)",
-			collectives.ErrPeerClosed, n, b.rank, b.calls.Load())
+			collectives.ErrPeerClosed, n, b.rank, b.callCount())
 	}
 	return fmt.Errorf("%w, with calls still outstanding on other ranks", collectives.ErrPeerClosed)
 }
@@ -319,7 +319,7 @@ func (b *tcpBootstrap) Close() error {
 				continue
 			}
 			if b.failure() == nil {
-				_ = p.write(kindBye, 0, encodeClosed(b.rank, callsOnWire(int64(min(b.calls.Load(), 1<<62)))), 100*time.Millisecond)
+				_ = p.write(kindBye, 0, encodeClosed(b.rank, callsOnWire(int64(min(b.callCount(), 1<<62)))), 100*time.Millisecond)
 			}
 			_ = p.conn.Close()
 		}

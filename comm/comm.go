@@ -28,10 +28,10 @@ type Comm struct {
 	set                           settings     // what Split and Shrink children inherit
 	rescue                        *rescuePoint // where Shrink finds the survivors (shrink.go)
 
-	callMu sync.Mutex
-	args   collectives.Args // reused so that a call does not allocate
-	seq    uint64           // calls every rank makes, numbered alike; under callMu
-	inP2P  bool             // the call under way has Sends or Recvs; under callMu
+	// A call holds the call gate (callgate.go) while it runs.
+	args  collectives.Args // reused so that a call does not allocate
+	seq   uint64           // calls every rank makes, numbered alike; under the gate
+	inP2P bool             // the call under way has Sends or Recvs; under the gate
 
 	barrierWord uint64 // Barrier's one-element in-place AllReduce, on the heap with the Comm
 
@@ -117,16 +117,14 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 	if err := c.Err(); err != nil {
 		return err
 	}
-	c.callMu.Lock()
-	defer c.callMu.Unlock()
 	// Every call takes a number, also one that launches nothing (count 0,
 	// arguments this rank rejects, a context that ended before it): a rank
 	// whose call went nowhere then meets its peers in a call of another
 	// number, which the backend detects on every rank, where it would
 	// otherwise pair its next call with their current one. Ranks that all
 	// reject a call (GOCCL_CHECK, or the same bad arguments) stay in step.
-	c.seq++
-	c.boot.calls.Store(c.seq)
+	c.enterCall(1)
+	defer c.leaveCall()
 	// A context that ended before the call launches nothing and leaves the
 	// communicator usable.
 	if err := ctx.Err(); err != nil {
@@ -280,7 +278,7 @@ func (c *Comm) runFailed(ctx context.Context, err error) (ret error) {
 // a call that needs it, with both call numbers where known. ErrPeerClosed's
 // text comes first so that it survives the failure notice.
 func (c *Comm) closedCause(r int) error {
-	cur := c.boot.calls.Load()
+	cur := c.boot.callCount()
 	// The backend may see the close (through shared memory) before the
 	// goodbye that says after how many calls reaches this rank.
 	n, ok := c.boot.closedCalls(r)

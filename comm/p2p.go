@@ -191,23 +191,22 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	c.callMu.Lock()
-	defer c.callMu.Unlock()
 	// Calls every rank makes take numbers, also when the context has ended
 	// (as Comm.run's do); a plain group's Sends and Recvs are numbered per
 	// pair by the backend.
-	if len(g.Colls) == 0 && g.Kind != collectives.PlainGroup {
-		c.seq++
-		g.Seq = c.seq
+	k := uint64(len(g.Colls))
+	if k == 0 && g.Kind != collectives.PlainGroup {
+		k = 1
+	}
+	c.enterCall(k)
+	defer c.leaveCall()
+	first := c.seq - k + 1
+	if k > 0 {
+		g.Seq = first
 	}
 	for i := range g.Colls {
-		c.seq++
-		g.Colls[i].Seq = c.seq
-		if i == 0 {
-			g.Seq = c.seq
-		}
+		g.Colls[i].Seq = first + uint64(i)
 	}
-	c.boot.calls.Store(c.seq)
 	// A context that ended before the call launches nothing and leaves the
 	// communicator usable.
 	if err := ctx.Err(); err != nil {

@@ -78,8 +78,8 @@ func (c *Comm) Split(ctx context.Context, color, key int, opts Options) (*Comm, 
 // bad is this rank's own argument error, sent so that every rank fails
 // with it.
 func (c *Comm) splitExchange(ctx context.Context, color, key int, bad error) (joinSpec, net.Listener, error) {
-	c.callMu.Lock()
-	defer c.callMu.Unlock()
+	c.enterCall(0)
+	defer c.leaveCall()
 	all, err := c.boot.AllGather(ctx, encodeSplitRecord(color, key, bad))
 	if err != nil {
 		return joinSpec{}, nil, fmt.Errorf("exchanging colors: %w", err)
@@ -131,7 +131,7 @@ func (c *Comm) splitExchange(ctx context.Context, color, key int, bad error) (jo
 	}
 	spec := joinSpec{nranks: len(members), rank: me, localRank: c.rescue.localRanks(members)[me], id: id, token: id.Token(), ln: ln}
 	if pairs {
-		// Still under callMu: no other call of the parent passes
+		// Still under the call gate: no other call of the parent passes
 		// descriptors meanwhile.
 		if me == 0 {
 			if ln, err = c.sendPairs(ctx, members); err != nil {

@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -35,24 +36,46 @@ type Meta struct {
 }
 
 // Ring is one communicator's flight recorder. Begin and End are called by
-// the one goroutine issuing calls; Snapshot, Stats and Complete from any.
-// A nil *Ring records nothing (the recorder is off).
+// the one goroutine issuing calls (the writer); Snapshot, Stats and
+// Complete from any. A nil *Ring records nothing (the recorder is off).
+//
+// On the host (a synchronous ring) the writer takes no lock: it writes a
+// call's entry in place and publishes it with one atomic store of pub
+// after Begin and one after End. Readers take mu, read pub, and read the
+// last Size calls up to the one it names, not the End's fields of a call
+// not yet over. The writer takes mu once every spare calls, to count the
+// finished calls into the statistics (count), and writes without it only
+// the spare calls after the last count; so the slots it writes and those
+// a reader holding mu reads never meet: the ring has Size+spare slots.
+// Asynchronous rings (GPUs) take mu for every change.
 type Ring struct {
-	mu    sync.Mutex
-	ents  []entry
-	n     uint64 // calls recorded so far; the next id is n+1
-	async bool
-	clk   *clock
-	meta  Meta
-	stats stats
+	mu   sync.Mutex
+	ents []entry // size+spare slots; call id in ents[id%len(ents)]
+	size uint64  // the calls a record keeps (Config.Size)
+	// The writer's own: n calls recorded so far (the next id is n+1), in
+	// slot pos; n when it last counted.
+	n, pos, counts uint64
+	// pub is the newest call's id shifted left by one, bit 0 set once
+	// its End's fields are written.
+	pub     atomic.Uint64
+	counted uint64 // calls up to this id are in stats (if finished); under mu
+	async   bool
+	nranks  int64
+	clk     *clock
+	meta    Meta
+	stats   stats
 	// names are the algorithms' and transports' names the calls took,
-	// which entries keep as indexes (1 + position; 0: none).
+	// which entries keep as indexes (1 + position; 0: none); under mu.
 	names []string
 	// last is the path of the last call and its indexes: calls mostly
-	// take the path the one before took.
+	// take the path the one before took. The writer's own.
 	last      collectives.Path
 	lastCodes [2]uint8
 }
+
+// spare is how many calls the writer records between two counts, and the
+// ring's slots beyond its size.
+const spare = 64
 
 // maxNames bounds Ring.names; a name beyond is not kept.
 const maxNames = 64
@@ -60,16 +83,22 @@ const maxNames = 64
 // entry is one call, in ticks. It holds no pointer, so the ring costs the
 // garbage collector nothing to scan.
 type entry struct {
-	id            uint64 // 1, 2, ... per ring; 0 for an empty slot
-	seq           uint64 // the communicator's call number (0: unnumbered)
-	last          uint64 // a group's last collective's number, when it has several
-	count         int64
-	bytes         int64 // nccl-tests' size of the call, for bandwidth
-	stream        uintptr
-	enq, beg, fin int64 // ticks; 0 unknown
-	peer          int32 // peer or root; -1 none
-	ops           int32 // a group's operations
-	sends, recvs  int32 // a group's Sends and Recvs
+	entryBegin
+	entryEnd
+}
+
+// entryBegin is what Begin writes.
+type entryBegin struct {
+	id           uint64 // 1, 2, ... per ring; 0 for an empty slot
+	seq          uint64 // the communicator's call number (0: unnumbered)
+	last         uint64 // a group's last collective's number, when it has several
+	count        int64
+	bytes        int64 // nccl-tests' size of the call, for bandwidth
+	stream       uintptr
+	enq, beg     int64 // ticks; 0 unknown
+	peer         int32 // peer or root; -1 none
+	ops          int32 // a group's operations
+	sends, recvs int32 // a group's Sends and Recvs
 	// The peers of a group's Sends and Recvs, a bit per rank below 64;
 	// far's bit 0 (1) says some Send's (Recv's) peer is beyond.
 	sendTo, recvFrom uint64
@@ -77,12 +106,17 @@ type entry struct {
 	// dev is the device's start (ns) of the times taken, and runs how many
 	// different runs of the call Resolve saw: a captured graph's replays
 	// rewrite one call's times.
-	dev             int64
-	runs            uint32
+	dev   int64
+	runs  uint32
+	kind  Kind
+	dtype int8
+	op    int8
+}
+
+// entryEnd is what End writes (and Begin clears).
+type entryEnd struct {
+	fin             int64 // ticks; 0 unknown
 	algo, transport uint8 // Ring.names indexes
-	kind            Kind
-	dtype           int8
-	op              int8
 	state           State
 }
 
@@ -91,7 +125,8 @@ func New(cfg Config) *Ring {
 	if cfg.Size <= 0 {
 		return nil
 	}
-	r := &Ring{ents: make([]entry, cfg.Size), async: cfg.Async, clk: getClock(), meta: cfg.Meta}
+	r := &Ring{ents: make([]entry, cfg.Size+spare), size: uint64(cfg.Size), async: cfg.Async, nranks: int64(max(cfg.Meta.Size, 1)),
+		clk: getClock(), meta: cfg.Meta}
 	r.stats.nranks = max(cfg.Meta.Size, 1)
 	return r
 }
@@ -121,23 +156,71 @@ func (r *Ring) Begin(a *collectives.Args) uint64 {
 		return 0
 	}
 	t := r.clk.read()
-	r.mu.Lock()
-	r.n++
-	e := &r.ents[r.n%uint64(len(r.ents))]
-	*e = entry{id: r.n, seq: a.Seq, count: int64(a.Count), stream: a.Stream, enq: t,
-		peer: -1, kind: Kind(a.Coll), dtype: int8(a.Type), op: int8(a.Op), state: Enqueued}
+	e := r.open()
+	e.entryBegin = entryBegin{id: r.n, seq: a.Seq, count: int64(a.Count), stream: a.Stream, enq: t,
+		peer: -1, kind: Kind(a.Coll), dtype: int8(a.Type), op: int8(a.Op)}
 	e.bytes = e.count * int64(a.Type.Size())
 	switch a.Coll {
 	case collectives.AllGather, collectives.ReduceScatter:
-		e.bytes *= int64(r.meta.Size)
+		e.bytes *= r.nranks
 	case collectives.Broadcast, collectives.Reduce:
 		e.peer = int32(a.Root)
 	}
-	if !r.async {
-		e.beg, e.state = t, Started
-	}
-	r.mu.Unlock()
+	r.publishBegin(e, t)
 	return r.n
+}
+
+// open takes the slot of call n+1 for Begin, which publishes it with
+// publishBegin; an asynchronous ring's mu is held from one to the other.
+func (r *Ring) open() *entry {
+	switch {
+	case r.async:
+		r.mu.Lock()
+	case r.n-r.counts >= spare:
+		r.mu.Lock()
+		r.count()
+		r.mu.Unlock()
+		r.counts = r.n
+	}
+	r.n++
+	if r.pos++; r.pos == uint64(len(r.ents)) {
+		r.pos = 0
+	}
+	return &r.ents[r.pos]
+}
+
+func (r *Ring) publishBegin(e *entry, t int64) {
+	if r.async {
+		e.entryEnd = entryEnd{state: Enqueued}
+		r.pub.Store(r.n<<1 | 1)
+		r.mu.Unlock()
+		return
+	}
+	e.beg, e.entryEnd = t, entryEnd{state: Started}
+	r.pub.Store(r.n << 1)
+}
+
+// count adds the synchronous ring's calls over since the last count to
+// the statistics; mu is held.
+func (r *Ring) count() {
+	if r.async {
+		return // Complete and Resolve count the device's times
+	}
+	v := r.pub.Load()
+	last := v >> 1
+	if v&1 == 0 && last > 0 {
+		last--
+	}
+	slots := uint64(len(r.ents))
+	for id, i := r.counted+1, (r.counted+1)%slots; id <= last; id++ {
+		if e := &r.ents[i]; e.id == id && e.state == Finished {
+			r.stats.add(e.kind, e.bytes, ns(e.fin-e.beg, r.clk.mul))
+		}
+		if i++; i == slots {
+			i = 0
+		}
+	}
+	r.counted = max(r.counted, last)
 }
 
 // BeginGroup records a group (or a Send, Recv, AllToAll... issued as one)
@@ -147,10 +230,8 @@ func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
 		return 0
 	}
 	t := r.clk.read()
-	r.mu.Lock()
-	r.n++
-	e := &r.ents[r.n%uint64(len(r.ents))]
-	*e = entry{id: r.n, seq: g.Seq, enq: t, peer: -1, kind: Group, state: Enqueued,
+	e := r.open()
+	e.entryBegin = entryBegin{id: r.n, seq: g.Seq, enq: t, peer: -1, kind: Group,
 		ops: int32(len(g.Colls) + len(g.P2P))}
 	if int(g.Kind) < len(groupKinds) {
 		e.kind = groupKinds[g.Kind]
@@ -191,19 +272,16 @@ func (r *Ring) BeginGroup(g *collectives.Group) uint64 {
 				}
 			}
 		case Gather: // the Send to root comes first
-			e.peer, e.bytes = int32(p.Peer), int64(p.Bytes())*int64(r.meta.Size)
+			e.peer, e.bytes = int32(p.Peer), int64(p.Bytes())*r.nranks
 		case Scatter: // the Recv from root comes last
 			q := &g.P2P[len(g.P2P)-1]
-			e.peer, e.bytes = int32(q.Peer), int64(q.Bytes())*int64(r.meta.Size)
+			e.peer, e.bytes = int32(q.Peer), int64(q.Bytes())*r.nranks
 		}
 	case len(g.Colls) > 0:
 		a := &g.Colls[0]
 		e.dtype, e.count, e.stream = int8(a.Type), int64(a.Count), a.Stream
 	}
-	if !r.async {
-		e.beg, e.state = t, Started
-	}
-	r.mu.Unlock()
+	r.publishBegin(e, t)
 	return r.n
 }
 
@@ -233,26 +311,58 @@ func (r *Ring) EndPath(id uint64, err error, p collectives.Path) {
 	if r == nil || id == 0 {
 		return
 	}
-	var t int64
-	if !r.async {
-		t = r.clk.read()
+	if r.async {
+		r.mu.Lock()
+		if e := &r.ents[id%uint64(len(r.ents))]; e.id == id {
+			r.setPath(p)
+			e.algo, e.transport = r.lastCodes[0], r.lastCodes[1]
+			if err != nil {
+				e.fin, e.state = 0, Failed // when it gave up: unknown on devices
+			}
+		}
+		r.mu.Unlock()
+		return
 	}
+	t := r.clk.read()
+	st := Finished
+	if err != nil {
+		st = Failed // when it gave up
+	}
+	if id != r.n {
+		r.endEarlier(id, st, t, p)
+		return
+	}
+	if p != r.last {
+		r.mu.Lock()
+		r.setPath(p)
+		r.mu.Unlock()
+	}
+	r.ents[r.pos].entryEnd = entryEnd{fin: t, algo: r.lastCodes[0], transport: r.lastCodes[1], state: st}
+	r.pub.Store(id<<1 | 1)
+}
+
+// setPath makes p the last path; mu is held.
+func (r *Ring) setPath(p collectives.Path) {
+	if p != r.last {
+		r.last, r.lastCodes = p, [2]uint8{r.name(string(p.Algo)), r.name(p.Transport)}
+	}
+}
+
+// endEarlier ends a synchronous ring's call id older than its newest
+// (not a path a communicator takes: its calls end before the next
+// begins), under mu, where readers may look at it.
+func (r *Ring) endEarlier(id uint64, st State, t int64, p collectives.Path) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	e := &r.ents[id%uint64(len(r.ents))]
-	if e.id == id {
-		if p != r.last {
-			r.last, r.lastCodes = p, [2]uint8{r.name(string(p.Algo)), r.name(p.Transport)}
-		}
-		e.algo, e.transport = r.lastCodes[0], r.lastCodes[1]
-		switch {
-		case err != nil:
-			e.fin, e.state = t, Failed // when it gave up (0 on devices)
-		case !r.async:
-			e.fin, e.state = t, Finished
-			r.stats.add(e.kind, e.bytes, ns(t-e.beg, r.clk.mul))
-		}
+	if e.id != id || id > r.n || e.state != Started {
+		return
 	}
-	r.mu.Unlock()
+	r.setPath(p)
+	e.entryEnd = entryEnd{fin: t, algo: r.lastCodes[0], transport: r.lastCodes[1], state: st}
+	if id <= r.counted && st == Finished { // count passed it while it ran
+		r.stats.add(e.kind, e.bytes, ns(t-e.beg, r.clk.mul))
+	}
 }
 
 // Complete gives call id its start and finish as the device saw them, in
@@ -262,6 +372,9 @@ func (r *Ring) EndPath(id uint64, err error, p collectives.Path) {
 func (r *Ring) Complete(id uint64, start, finish int64) {
 	if r == nil || id == 0 {
 		return
+	}
+	if !r.async {
+		return // a host call's times are its own
 	}
 	r.mu.Lock()
 	e := &r.ents[id%uint64(len(r.ents))]
@@ -288,7 +401,7 @@ type DeviceClock interface {
 // readers call it before Snapshot and Stats. A call already completed
 // from the device takes newer times when they appear (a graph replay).
 func (r *Ring) Resolve(dc DeviceClock) {
-	if r == nil || dc == nil {
+	if r == nil || dc == nil || !r.async {
 		return
 	}
 	r.mu.Lock()
@@ -317,13 +430,13 @@ func (r *Ring) Resolve(dc DeviceClock) {
 	}
 }
 
-// Slot is where call id's entry lives in the ring (0 <= Slot < the ring's
-// size).
+// Slot is where a device writes the timestamps of call number id: id
+// modulo the ring's size (0 <= Slot < the ring's size).
 func (r *Ring) Slot(id uint64) int {
 	if r == nil {
 		return -1
 	}
-	return int(id % uint64(len(r.ents)))
+	return int(id % r.size)
 }
 
 func nameAt(names []string, i uint8) string {
@@ -340,7 +453,7 @@ func (r *Ring) deviceSlot(e *entry) int {
 	if !r.async || e.seq == 0 {
 		return -1
 	}
-	return int(e.seq % uint64(len(r.ents)))
+	return int(e.seq % r.size)
 }
 
 // Ticks reads the ring's clock.
@@ -352,7 +465,7 @@ func (r *Ring) Snapshot() Record {
 	if r == nil {
 		return Record{Version: recordVersion}
 	}
-	return r.SnapshotLast(len(r.ents))
+	return r.SnapshotLast(int(r.size))
 }
 
 // SnapshotLast is Snapshot of the last k calls at most.
@@ -361,19 +474,27 @@ func (r *Ring) SnapshotLast(k int) Record {
 		return Record{Version: recordVersion}
 	}
 	r.mu.Lock()
-	n, size := r.n, uint64(len(r.ents))
+	v := r.pub.Load()
+	n, slots := v>>1, uint64(len(r.ents))
 	first := uint64(1)
-	if keep := min(size, uint64(max(k, 0))); n > keep {
+	if keep := min(r.size, uint64(max(k, 0))); n > keep {
 		first = n - keep + 1
 	}
 	ents := make([]entry, 0, n-first+1)
 	for id := first; id <= n; id++ {
-		ents = append(ents, r.ents[id%size])
+		e := &r.ents[id%slots]
+		if id == n && v&1 == 0 {
+			// Under way: its End's fields are the writer's.
+			ents = append(ents, entry{entryBegin: e.entryBegin, entryEnd: entryEnd{state: Started}})
+			continue
+		}
+		ents = append(ents, *e)
 	}
 	names := r.names[:len(r.names):len(r.names)] // only appended to
+	meta := r.meta
 	r.mu.Unlock()
 	w := r.clk.wall()
-	rec := Record{Version: recordVersion, Meta: r.meta, Dropped: first - 1, Calls: make([]Call, len(ents))}
+	rec := Record{Version: recordVersion, Meta: meta, Dropped: first - 1, Calls: make([]Call, len(ents))}
 	for i := range ents {
 		rec.Calls[i] = ents[i].export(w, r.deviceSlot(&ents[i]))
 		rec.Calls[i].Algo, rec.Calls[i].Transport = nameAt(names, ents[i].algo), nameAt(names, ents[i].transport)

@@ -114,6 +114,7 @@ func (r *Ring) Stats() []Stat {
 	var out []Stat
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.count()
 	for k := range r.stats.cells {
 		for sc, c := range r.stats.cells[k] {
 			if c == nil || c.count == 0 {
