@@ -43,6 +43,9 @@ bool emu_run_ranks(int nranks, const std::function<int(int)>& rank, const std::f
 // emu_map_shared maps size bytes of zeroed memory that the processes forked
 // afterwards share; nullptr (after saying why) when it cannot.
 char* emu_map_shared(size_t size);
+// emu_round_up rounds a up to a multiple of b; emu_page_size is the page.
+inline uint64_t emu_round_up(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
+size_t emu_page_size();
 // EmuRegion is one of every rank's regions: its name in fault messages
 // (after "rank N "), its bytes (whole pages) and where each rank's goes.
 struct EmuRegion {

@@ -44,8 +44,6 @@ struct Scenario {
   int missing = -1;  // a2aabort: this rank never launches its AllToAll; it raises the abort flag
 };
 
-uint64_t rup(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
-
 struct Rng {
   uint64_t s;
   uint64_t next() { return mix64(s++); }
@@ -111,12 +109,12 @@ struct Comm {
 };
 
 bool comm_create(Comm& c, const Scenario& s) {
-  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t pg = emu_page_size();
   c.n = s.nranks;
-  c.wsBytes = rup(kSignalSize + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
+  c.wsBytes = emu_round_up(kSignalSize + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
   uint64_t most = 0;
   for (const Launch& l : s.launches) most = std::max(most, (l.a2a ? c.n : 1) * l.bytes + 64);
-  c.regBytes = rup(most, pg);
+  c.regBytes = emu_round_up(most, pg);
   const std::vector<EmuRegion> regions = {
       {"workspace", c.wsBytes, c.ws},
       {"send region", c.regBytes, c.sendReg},

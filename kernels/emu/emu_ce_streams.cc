@@ -62,7 +62,7 @@ uint8_t poison(const Call& c) { return c.dt >= kF16 ? 0xff : (uint8_t)(0x80 | ((
 }  // namespace
 
 bool mem_create(Mem& m, const CeScenario& s) {
-  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t pg = emu_page_size();
   m.n = s.n;
   m.sigBytes = round_up(goccl::kCECountOffset + 4 * kCESlots, pg);
   uint64_t stg = 16, buf = 16;

@@ -69,8 +69,6 @@ struct Scenario {
   int missing = -1;  // fusedabort: this rank never launches its group; it raises every abort flag
 };
 
-uint64_t rup(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
-
 struct Rng {
   uint64_t s;
   uint64_t next() { return mix64(s++); }
@@ -91,13 +89,13 @@ uint64_t place(Step& st) {
   for (Call& c : st.calls) {
     const uint64_t b = c.count * kDtSize[st.dt];
     // Some buffers start off 16-byte boundaries (by whole elements).
-    at = rup(at, 16) + 16 + (c.seed % 3 == 0 ? kDtSize[st.dt] : 0);
+    at = emu_round_up(at, 16) + 16 + (c.seed % 3 == 0 ? kDtSize[st.dt] : 0);
     c.soff = at;
     at += b;
     if (c.inplace) {
       c.roff = c.soff;
     } else {
-      at = rup(at, 16) + 16;
+      at = emu_round_up(at, 16) + 16;
       c.roff = at;
       at += b;
     }
@@ -147,7 +145,7 @@ Scenario make(const char* name, int n, int groups, uint64_t seed) {
     const uint64_t e = place(st);
     most = e > most ? e : most;
   }
-  s.dataBytes = rup(most, 4096);
+  s.dataBytes = emu_round_up(most, 4096);
   return s;
 }
 
@@ -187,14 +185,14 @@ struct Comm {
 constexpr uint64_t kDescBytes = 4096;
 
 bool comm_create(Comm& c, const Scenario& s) {
-  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t pg = emu_page_size();
   c.n = s.nranks;
   c.llOffset = 0;  // no staging: LL lines only
-  c.wsBytes = rup(kSignalSize + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
-  c.dataBytes = rup(s.dataBytes, pg);
+  c.wsBytes = emu_round_up(kSignalSize + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
+  c.dataBytes = emu_round_up(s.dataBytes, pg);
   const std::vector<EmuRegion> regions = {
       {"workspace", c.wsBytes, c.ws},
-      {"descriptors", rup(kDescBytes, pg), c.desc},
+      {"descriptors", emu_round_up(kDescBytes, pg), c.desc},
       {"data", c.dataBytes, c.data}};
   if (!(c.base = emu_map_ranks(c.n, regions, &c.size))) return false;
   c.abortFlag = (u32*)c.base;

@@ -126,8 +126,6 @@ struct Scenario {
 
 using Options = EmuOptions;
 
-uint64_t round_up(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
-size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
 
 struct Rng {
   uint64_t s;
@@ -352,7 +350,7 @@ struct Comm {
 };
 
 bool comm_create(Comm& c, const Scenario& s) {
-  const size_t pg = page_size();
+  const size_t pg = emu_page_size();
   c.n = s.nranks;
   c.slot = s.slotBytes;
   c.slots = s.slots;
@@ -360,7 +358,7 @@ bool comm_create(Comm& c, const Scenario& s) {
   const uint64_t staging = 2ull * c.n * c.slots * c.slot;
   const uint64_t lines = 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot;
   c.llOffset = staging;
-  c.wsBytes = round_up(kSignalSize + staging + lines, pg);
+  c.wsBytes = emu_round_up(kSignalSize + staging + lines, pg);
   uint64_t maxB = 0;
   for (const Launch& l : s.launches) {
     uint64_t a, b;
@@ -368,7 +366,7 @@ bool comm_create(Comm& c, const Scenario& s) {
     maxB = a > maxB ? a : maxB;
     maxB = b > maxB ? b : maxB;
   }
-  c.regBytes = round_up(maxB + 256, pg);
+  c.regBytes = emu_round_up(maxB + 256, pg);
   const std::vector<EmuRegion> regions = {
       {"workspace", c.wsBytes, c.ws},
       {"send region", c.regBytes, c.sendReg},
@@ -391,7 +389,7 @@ struct Bufs {
 Bufs place(const Comm& c, const Launch& l, int me) {
   Bufs b{};
   sizes(l, c.n, &b.sendB, &b.recvB);
-  auto at_end = [&](char* reg, uint64_t bytes) { return reg + c.regBytes - round_up(bytes, 16); };
+  auto at_end = [&](char* reg, uint64_t bytes) { return reg + c.regBytes - emu_round_up(bytes, 16); };
   const uint64_t one = l.count * l.es;
   if (!l.inplace) {
     b.send = b.liveSend = at_end(c.sendReg[me], b.sendB);
@@ -605,7 +603,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const Options& o, size_t 
   int fails = 0;
   // Where the launches store their timestamps: shared with the block
   // processes, as host-mapped memory is with the GPU.
-  goccl::Stamp* stamp = (goccl::Stamp*)emu_map_shared(page_size());
+  goccl::Stamp* stamp = (goccl::Stamp*)emu_map_shared(emu_page_size());
   if (stamp == nullptr) return kExitCrash;
   for (size_t li = 0; li < nl; li++) {
     if (o.inject == "hang" && me == 0 && li == 1) return fails ? kExitCheck : kExitOK;  // rank 0 goes missing

@@ -60,7 +60,6 @@ struct Scenario {
   uint64_t minData = 0;  // data region bytes at least (callskip)
 };
 
-uint64_t rup(uint64_t a, uint64_t b) { return (a + b - 1) / b * b; }
 
 struct Rng {
   uint64_t s;
@@ -193,10 +192,10 @@ uint64_t layout(const Group& g, int n, std::vector<Place>& out) {
   out.clear();
   for (const Transfer& t : g.t) {
     Place p;
-    at[t.src] = rup(at[t.src], 16) + 16 + t.misalign * t.es;
+    at[t.src] = emu_round_up(at[t.src], 16) + 16 + t.misalign * t.es;
     p.soff = at[t.src];
     at[t.src] += t.scount * t.es;
-    at[t.dst] = rup(at[t.dst], 16) + 16 + t.misalign * t.es;
+    at[t.dst] = emu_round_up(at[t.dst], 16) + 16 + t.misalign * t.es;
     p.roff = at[t.dst];
     at[t.dst] += t.rcount * t.es;
     out.push_back(p);
@@ -207,14 +206,14 @@ uint64_t layout(const Group& g, int n, std::vector<Place>& out) {
 }
 
 bool comm_create(Comm& c, const Scenario& s) {
-  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t pg = emu_page_size();
   c.n = s.nranks;
   c.llOffset = 2ull * c.n * s.slots * s.slotBytes;
-  c.wsBytes = rup(kSignalSize + c.llOffset + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
+  c.wsBytes = emu_round_up(kSignalSize + c.llOffset + 2ull * c.n * kEmuLLMaxBlocks * kEmuLLSlot, pg);
   std::vector<Place> pl;
   c.dataBytes = s.minData;
   for (const Group& g : s.groups) c.dataBytes = std::max(c.dataBytes, layout(g, c.n, pl));
-  c.dataBytes = rup(c.dataBytes, pg);
+  c.dataBytes = emu_round_up(c.dataBytes, pg);
   c.size = c.n * (3 * pg + c.wsBytes + c.dataBytes + 3 * pg);
   if (!(c.base = emu_map_shared(c.size))) return false;
   char* p = c.base;
@@ -450,7 +449,7 @@ constexpr uint64_t kSkipCount = 1000;  // float32 elements
 int skip_rank(const Comm& c, const Scenario& s, int fam, int me, const EmuOptions& o) {
   const int n = s.nranks;
   char* send = c.data[me];
-  char* recv = c.data[me] + rup(n * kSkipCount * 4, 4096);
+  char* recv = c.data[me] + emu_round_up(n * kSkipCount * 4, 4096);
   for (uint64_t i = 0; i < n * kSkipCount; i++) {
     const float v = (float)(me + 1) + (float)i * 0.5f;
     memcpy(send + 4 * i, &v, 4);
@@ -507,7 +506,7 @@ bool run_callskip(const EmuOptions& o) {
     for (int fam = 0; fam < kNumFamilies; fam++) {
       Scenario s = base("", "callskip", n, 4, 1, 16, 1024);
       s.name = std::string("callskip") + std::to_string(n) + "-" + kFamilyName[fam];
-      s.minData = 2 * rup(n * kSkipCount * 4, 4096);
+      s.minData = 2 * emu_round_up(n * kSkipCount * 4, 4096);
       Comm c;
       if (!comm_create(c, s)) return false;
       ok = emu_run_ranks(n, [&](int r) { return skip_rank(c, s, fam, r, o); }, [&] { dump(c, s); }, s.name, 2, "calls") && ok;

@@ -271,8 +271,10 @@ char* emu_map_shared(size_t size) {
   return (char*)p;
 }
 
+size_t emu_page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
+
 char* emu_map_ranks(int n, const std::vector<EmuRegion>& regions, size_t* size) {
-  const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t pg = emu_page_size();
   size_t per = 0;
   for (const EmuRegion& g : regions) per += g.bytes + pg;
   *size = 2 * pg + n * per;
