@@ -100,74 +100,64 @@ type ptr = C.uintptr_t
 // errGone: a call after Abort or Destroy.
 var errGone = errors.New("nccl: communicator aborted or destroyed")
 
-// AllReduce enqueues ncclAllReduce of count elements.
-func (c *Comm) AllReduce(send, recv uintptr, count int, t DataType, op Op, stream uintptr) error {
+// call runs one NCCL call on the communicator, under the read lock that
+// keeps Abort and Destroy from freeing it meanwhile.
+func (c *Comm) call(name string, f func() C.int) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.gone {
 		return errGone
 	}
-	return check("ncclAllReduce", C.gnccl_all_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream)), c.h)
+	return check(name, f(), c.h)
+}
+
+// AllReduce enqueues ncclAllReduce of count elements.
+func (c *Comm) AllReduce(send, recv uintptr, count int, t DataType, op Op, stream uintptr) error {
+	return c.call("ncclAllReduce", func() C.int {
+		return C.gnccl_all_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream))
+	})
 }
 
 // ReduceScatter enqueues ncclReduceScatter; count is each rank's block.
 func (c *Comm) ReduceScatter(send, recv uintptr, count int, t DataType, op Op, stream uintptr) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.gone {
-		return errGone
-	}
-	return check("ncclReduceScatter", C.gnccl_reduce_scatter(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream)), c.h)
+	return c.call("ncclReduceScatter", func() C.int {
+		return C.gnccl_reduce_scatter(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), c.h, ptr(stream))
+	})
 }
 
 // AllGather enqueues ncclAllGather; count is each rank's block.
 func (c *Comm) AllGather(send, recv uintptr, count int, t DataType, stream uintptr) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.gone {
-		return errGone
-	}
-	return check("ncclAllGather", C.gnccl_all_gather(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), c.h, ptr(stream)), c.h)
+	return c.call("ncclAllGather", func() C.int {
+		return C.gnccl_all_gather(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), c.h, ptr(stream))
+	})
 }
 
 // Broadcast enqueues ncclBroadcast from root.
 func (c *Comm) Broadcast(send, recv uintptr, count int, t DataType, root int, stream uintptr) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.gone {
-		return errGone
-	}
-	return check("ncclBroadcast", C.gnccl_broadcast(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(root), c.h, ptr(stream)), c.h)
+	return c.call("ncclBroadcast", func() C.int {
+		return C.gnccl_broadcast(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(root), c.h, ptr(stream))
+	})
 }
 
 // Reduce enqueues ncclReduce to root.
 func (c *Comm) Reduce(send, recv uintptr, count int, t DataType, op Op, root int, stream uintptr) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.gone {
-		return errGone
-	}
-	return check("ncclReduce", C.gnccl_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), C.int(root), c.h, ptr(stream)), c.h)
+	return c.call("ncclReduce", func() C.int {
+		return C.gnccl_reduce(c.ctx, ptr(send), ptr(recv), C.size_t(count), C.int(t), C.int(op), C.int(root), c.h, ptr(stream))
+	})
 }
 
 // Send enqueues ncclSend of count elements to peer.
 func (c *Comm) Send(buf uintptr, count int, t DataType, peer int, stream uintptr) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.gone {
-		return errGone
-	}
-	return check("ncclSend", C.gnccl_send(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream)), c.h)
+	return c.call("ncclSend", func() C.int {
+		return C.gnccl_send(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream))
+	})
 }
 
 // Recv enqueues ncclRecv of count elements from peer.
 func (c *Comm) Recv(buf uintptr, count int, t DataType, peer int, stream uintptr) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.gone {
-		return errGone
-	}
-	return check("ncclRecv", C.gnccl_recv(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream)), c.h)
+	return c.call("ncclRecv", func() C.int {
+		return C.gnccl_recv(c.ctx, ptr(buf), C.size_t(count), C.int(t), C.int(peer), c.h, ptr(stream))
+	})
 }
 
 // AsyncError is the communicator's asynchronous error (a peer gone, a

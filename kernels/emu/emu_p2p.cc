@@ -60,7 +60,6 @@ struct Scenario {
   uint64_t minData = 0;  // data region bytes at least (callskip)
 };
 
-
 struct Rng {
   uint64_t s;
   uint64_t next() { return mix64(s++); }
