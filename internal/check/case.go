@@ -18,6 +18,11 @@ type Case struct {
 	NRanks int
 	Count  int
 	Seed   uint64
+	// Roundings is how many times an 8-bit float reduction may round its
+	// partial results to the type (0 and 1: once, at the end, as goccl's
+	// kernels do on one node; a reduction across nodes rounds once per leg,
+	// and NCCL's rings once per step).
+	Roundings int
 }
 
 // ErrBadCase is wrapped by every Case validation error.

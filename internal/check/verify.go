@@ -68,7 +68,7 @@ func Verify(c Case, rank int, got []byte) (Result, error) {
 	if want := c.OutputCount(rank) * c.Type.Size(); len(got) != want {
 		return Result{}, errBadLen("output", len(got), want)
 	}
-	v := &verifier{c: c, g: newGen(c), tolK: tolFactor(c.Type, c.NRanks), eps: epsilon(c.Type), floor: floorTol(c.Type, c.NRanks)}
+	v := &verifier{c: c, g: newGen(c), tolK: tolFactor(c.Type, c.NRanks), eps: epsilon(c.Type), floor: floorTol(c.Type, c.NRanks) * float64(max(1, c.Roundings))}
 	res := Result{Checked: c.OutputCount(rank)}
 	var mu sync.Mutex
 	for _, s := range c.segments(rank) {
@@ -166,7 +166,7 @@ func (v *verifier) compareTol(ref, mag, got []float64, out int) (int, []Mismatch
 	for i := range ref {
 		tol := v.floor
 		if fp8 {
-			tol += fp8Tol(op, eps/2, ref[i], mag[i], v.c.NRanks)
+			tol += fp8Tol(op, eps/2, ref[i], mag[i], v.c.NRanks, v.c.Roundings)
 		} else {
 			tol += otherTol(op, k, eps, n, ref[i], mag[i])
 		}
@@ -185,16 +185,19 @@ func (v *verifier) compareTol(ref, mag, got []float64, out int) (int, []Mismatch
 // (multiples of 1/8 or 1/4 below 2, a node's ranks), so a sum or average
 // carries only the final rounding, half an epsilon h of the result; a
 // PreMulSum also rounds each product first (h of each, so h of their
-// magnitudes' sum); a product carries float32's roundings too.
-func fp8Tol(op collectives.Op, h, ref, mag float64, nranks int) float64 {
+// magnitudes' sum); a product carries float32's roundings too. Each
+// further rounding of a partial result (roundings > 1) adds h of that
+// partial, at most h of the magnitudes' sum (a product: h relative, compounded).
+func fp8Tol(op collectives.Op, h, ref, mag float64, nranks, roundings int) float64 {
 	const f32 = 1.0 / (1 << 24)
+	extra := float64(max(roundings, 1) - 1)
 	switch op {
 	case collectives.Prod:
-		return (h + float64(nranks)*f32) * math.Abs(ref)
+		return (math.Pow(1+h, extra+1) - 1 + float64(nranks)*f32) * math.Abs(ref)
 	case collectives.PreMulSum:
-		return h*math.Abs(ref) + h*(1+h)*mag
+		return h*math.Abs(ref) + h*(1+h)*mag + extra*h*(1+h)*mag
 	}
-	return h * (1 + 2*f32) * math.Abs(ref)
+	return h*(1+2*f32)*math.Abs(ref) + extra*h*(1+h)*mag
 }
 
 // otherTol is the other float types' bound (see Tolerance).

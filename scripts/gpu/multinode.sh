@@ -35,7 +35,9 @@ conf() {
 }
 nvidia-smi -L
 # MN_ONLY=REGEX runs only the steps whose names match.
-conf "2x2 collectives (node by node)" 4 '$((RANK / 2))' 150 --counts 0,1,7,4095,1048579 --stress 100 --graph 5
+# Across 2 nodes an 8-bit float sum rounds twice: after the node's leg
+# and after the rails' (NCCL rounds at each step of its ring).
+conf "2x2 collectives (node by node)" 4 '$((RANK / 2))' 150 --counts 0,1,7,4095,1048579 --stress 100 --graph 5 --roundings 2
 conf "2x2 point-to-point" 4 '$((RANK / 2))' 90 --colls none --counts 7,4095
 conf "2x2 interleaved ranks" 4 '$((RANK % 2))' 90 --counts 1,4095,65537 --types int32,float32,bfloat16 --ops sum,avg,max
 conf "2+1 unequal nodes (flat)" 3 '$((RANK / 2))' 90 --counts 1,4095 --types int32,float32 --ops sum,avg

@@ -46,7 +46,7 @@ func buildCases(c *config, n int) ([]tcase, error) {
 		for _, ip := range c.placements() {
 			i := len(out)
 			out = append(out, tcase{
-				Case:    check.Case{Coll: coll, Type: dt, Op: op, Root: root, NRanks: n, Count: count, Seed: check.Seed(c.seed, uint64(i))},
+				Case:    check.Case{Coll: coll, Type: dt, Op: op, Root: root, NRanks: n, Count: count, Seed: check.Seed(c.seed, uint64(i)), Roundings: c.roundings},
 				inPlace: ip,
 				poison:  check.PoisonByte(i),
 			})

@@ -45,6 +45,7 @@ type config struct {
 	timeout    time.Duration
 	show       int // failures printed per rank
 	p2p        []p2pKind
+	roundings  int // 8-bit float results may round this many times (check.Case.Roundings)
 }
 
 const usage = `usage: conformance [flags]   (one rank; start it under goccl run, mpirun or torchrun)
@@ -72,6 +73,8 @@ const usage = `usage: conformance [flags]   (one rank; start it under goccl run,
                              registered with Register, as a framework's tensors would be
   --timeout D                bound on the whole run                  [30m]
   --show N                   failures printed per rank               [10]
+  --roundings N              8-bit float reductions may round their partials N times
+                             (across nodes: once per leg, NCCL's rings once per step)  [1]
 `
 
 // allOps is every op, PreMulSum ("mulsum") included.
@@ -101,11 +104,15 @@ func parseConfig(args []string) (*config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "")
 	fs.IntVar(&c.show, "show", 10, "")
 	fs.StringVar(&p2p, "p2p", "all", "")
+	fs.IntVar(&c.roundings, "roundings", 1, "")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if c.roundings < 1 {
+		return nil, fmt.Errorf("%w: --roundings %d: must be at least 1", errUsage, c.roundings)
 	}
 	var err error
 	if c.counts, err = parseCounts(counts); err != nil {

@@ -53,6 +53,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--inplace", "maybe"}, "--inplace"},
 		{[]string{"--roots", "x"}, "--roots"},
 		{[]string{"--backend", "tpu"}, "--backend"},
+		{[]string{"--roundings", "0"}, "--roundings"},
 		{[]string{"--large", "huge"}, "--large"},
 		{[]string{"--graph", "5", "--backend", "host"}, "--graph needs"},
 		{[]string{"--register", "--backend", "host"}, "--register needs"},

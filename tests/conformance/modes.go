@@ -28,7 +28,7 @@ func (r *rankRunner) slotCase(i int, coll collectives.Collective, salt uint64) t
 	c := r.cfg
 	return tcase{Case: check.Case{
 		Coll: coll, Type: c.types[i%len(c.types)], Op: c.ops[i%len(c.ops)], Root: i % r.n,
-		NRanks: r.n, Count: c.modeCount(), Seed: check.Seed(c.seed, salt, uint64(i)),
+		NRanks: r.n, Count: c.modeCount(), Seed: check.Seed(c.seed, salt, uint64(i)), Roundings: c.roundings,
 	}, poison: check.PoisonByte(i)}
 }
 
