@@ -15,9 +15,10 @@ import (
 // Params.reserved[0]; the kernel stores %globaltimer at its start and its
 // last block's end, then the call number, and the host reads them when a
 // record is read (CallTimes), with no synchronisation on either side.
-// Copy-engine calls (ce.go, cereduce.go), NVLS calls and point-to-point
-// operations store nothing: a copy engine has no clock to read, and a
-// stamp kernel around its copies would cost a launch per call. A captured
+// A group's point-to-point launches time the group in the slot of its last
+// numbered call (p2p.go). Copy-engine calls (ce.go, cereduce.go) and NVLS
+// calls store nothing: a copy engine has no clock to read, and a stamp
+// kernel around its copies would cost a launch per call. A captured
 // graph keeps the Stamp it was captured with: each replay overwrites it,
 // so the record shows the last replay (the recorder counts the replays it
 // saw).

@@ -177,12 +177,13 @@ func TestStampsFusedAndAllToAll(t *testing.T) {
 	require.Equal(t, "goccl_alltoall_ll", d.launches[0].name)
 	assert.Equal(t, table+7*stampBytes, u64at(d.launches[0].params, offStamp))
 
-	// The point-to-point kernel's parameters are its own: no slot.
+	// The point-to-point kernel times its group in the group's slot
+	// (TestP2PStamps), in parameters of its own.
 	g := a2aGroup(3, 0x10000000, 0x20000000, 100, collectives.Float32, 0x55, 8)
 	g.Kind = collectives.PlainGroup
 	d.launches = nil
 	require.NoError(t, be.RunGroup(ctx, g))
 	require.NotEmpty(t, d.launches)
 	assert.Equal(t, "goccl_p2p", d.launches[0].name)
-	assert.Zero(t, u64at(d.launches[0].params, offStamp))
+	assert.Equal(t, table+8*stampBytes, u64at(d.launches[0].params, offStamp))
 }
