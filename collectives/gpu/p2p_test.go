@@ -36,7 +36,7 @@ func TestP2PParamsMatchKernel(t *testing.T) {
 		"int kP2PMaxOps": strconv.Itoa(p2pMaxOps), "int kP2PMaxLanes": strconv.Itoa(p2pMaxLanes),
 		"int kP2PMaxChannels": strconv.Itoa(p2pMaxChannels), "u64 kP2POffset": "40 << 10",
 		"u64 kP2PRecordBytes": strconv.Itoa(p2pRecordBytes),
-		"u32 kZcSlots": strconv.Itoa(zcSlots), "int kZcOffBits": strconv.Itoa(zcOffBits),
+		"u32 kZcSlots":        strconv.Itoa(zcSlots), "int kZcOffBits": strconv.Itoa(zcOffBits),
 		"u64 kP2PStampClaim": strconv.Itoa(p2pStampClaim) + ", kP2PStampStart = " + strconv.Itoa(p2pStampStart) +
 			", kP2PStampEnd = " + strconv.Itoa(p2pStampEnd),
 	} {
