@@ -136,10 +136,13 @@ __device__ __forceinline__ char* p2p_slot(const P2PParams& q, int d, int s, u32 
   return (char*)p.peerStaging[d] + half * halfBytes + ((u64)s * p.blockSlots + j) * p.slotBytes;
 }
 
-// p2p_mismatch reports a pair whose byte counts disagree (this rank's
-// direction as the code) and aborts this rank's kernels. Thread 0 only.
-__device__ void p2p_mismatch(const Params& p, int peer, u32 dir, u64 mine, u64 theirs) {
+// p2p_agree compares a pair's byte counts (thread 0): when they differ it
+// reports the pair (this rank's direction as the code) and aborts this
+// rank's kernels.
+__device__ bool p2p_agree(const Params& p, int peer, u32 dir, u64 mine, u64 theirs) {
+  if (mine == theirs) return true;
   report_error(p, dir == 0 ? kErrSendBytes : kErrRecvBytes, peer, mine, theirs);
+  return false;
 }
 
 // Verdict hands thread 0's outcome of a wait to the whole block through a
@@ -199,12 +202,54 @@ struct LaneSide {
     *(volatile u32*)word(mine, at) = ops;
     *(volatile u32*)word(mine, at + 4) = chunks;
   }
+  // pipe moves this channel's chunks of op through its staging slots: the
+  // sender's chunk n waits for consumed >= n + 1 - depth and goes from src
+  // into slot n % depth, the receiver's waits for posted >= n + 1 and goes
+  // from the slot into dst; each then posts n + 1 to the peer.
+  __device__ bool pipe(const P2PParams& q, const P2PLane& lane, const P2POp& op, u32 ch, u32 depth, bool send) {
+    const Params& p = q.p;
+    const Chunks c(q, op.bytes);
+    const u32 mineN = c.of(ch, q.channels);
+    for (u32 k = 0; k < mineN; k++) {
+      const u32 n = chunks + k;
+      if (!wait(send ? kRecConsumed : kRecPosted, send ? n + 1 - depth : n + 1)) return false;
+      const u64 g = ch + (u64)k * q.channels, at = g * c.size, len = c.len(g, op.bytes);
+      if (send)
+        copy1(p2p_slot(q, lane.peer, p.rank, ch, depth, n % depth), (const char*)op.src + at, len);
+      else
+        copy1((char*)op.dst + at, p2p_slot(q, p.rank, lane.peer, ch, depth, n % depth), len);
+      bar_sync();
+      if (threadIdx.x == 0) st_release_sys(word(theirs, send ? kRecPosted : kRecConsumed), n + 1);
+    }
+    chunks += mineN;
+    return true;
+  }
+  // land is zero copy: the sender writes this channel's chunks of op
+  // straight to dst and posts one chunk that uses no slot; the receiver
+  // waits for it, then consumes it. A channel without chunks does neither.
+  __device__ bool land(const P2PParams& q, const P2POp& op, u32 ch, u64 dst, bool send) {
+    const Chunks c(q, op.bytes);
+    const u32 mineN = c.of(ch, q.channels);
+    if (mineN == 0) return true;
+    if (send) {
+      for (u32 k = 0; k < mineN; k++) {
+        const u64 g = ch + (u64)k * q.channels;
+        copy1((char*)dst + g * c.size, (const char*)op.src + g * c.size, c.len(g, op.bytes));
+      }
+      bar_sync();
+      if (threadIdx.x == 0) st_release_sys(word(theirs, kRecPosted), chunks + 1);
+    } else {
+      if (!wait(kRecPosted, chunks + 1)) return false;
+      if (threadIdx.x == 0) st_release_sys(word(theirs, kRecConsumed), chunks + 1);
+    }
+    chunks++;
+    return true;
+  }
 };
 
 // Each lane function returns false when the block stopped early (abort or
 // mismatch); its counters are then left behind, as the communicator is done.
 __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 depth) {
-  const Params& p = q.p;
   __shared__ int s_ok[2];
   __shared__ u64 s_x[2];
   LaneSide L(q, lane, ch, kRecSendOps, s_ok, s_x);
@@ -212,7 +257,7 @@ __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
     const P2POp& op = q.ops[lane.first + o];
     const u32 ops = ++L.ops;
     bool ok = true;
-    u64 zc = 0;
+    u64 zc = 0;  // where the data goes straight (0: staging)
     if (threadIdx.x == 0) {
       ok = wait_flag(word(L.mine, kRecRReady), ops, L.abortp);
       if (ok) {
@@ -221,36 +266,11 @@ __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
         st4(L.theirs + kRecSZero, zc != 0 ? ops : ops - 1);
         st8(L.theirs + kRecSBytes, op.bytes);
         st_release_sys(word(L.theirs, kRecSReady), ops);
-        if (want != op.bytes) {
-          p2p_mismatch(p, lane.peer, 0, op.bytes, want);
-          ok = false;
-        }
+        ok = p2p_agree(q.p, lane.peer, 0, op.bytes, want);
       }
     }
     if (!L.v.share2(ok, zc, &zc)) return false;
-    const Chunks c(q, op.bytes);
-    const u32 mineN = c.of(ch, q.channels);
-    if (zc != 0) {
-      // Straight into the receiver's buffer, then one slotless chunk.
-      if (mineN == 0) continue;
-      for (u32 k = 0; k < mineN; k++) {
-        const u64 g = ch + (u64)k * q.channels;
-        copy1((char*)zc + g * c.size, (const char*)op.src + g * c.size, c.len(g, op.bytes));
-      }
-      bar_sync();
-      if (threadIdx.x == 0) st_release_sys(word(L.theirs, kRecPosted), L.chunks + 1);
-      L.chunks++;
-      continue;
-    }
-    for (u32 k = 0; k < mineN; k++) {
-      const u32 n = L.chunks + k;
-      if (!L.wait(kRecConsumed, n + 1 - depth)) return false;
-      const u64 g = ch + (u64)k * q.channels;
-      copy1(p2p_slot(q, lane.peer, p.rank, ch, depth, n % depth), (const char*)op.src + g * c.size, c.len(g, op.bytes));
-      bar_sync();
-      if (threadIdx.x == 0) st_release_sys(word(L.theirs, kRecPosted), n + 1);
-    }
-    L.chunks += mineN;
+    if (!(zc != 0 ? L.land(q, op, ch, zc, true) : L.pipe(q, lane, op, ch, depth, true))) return false;
   }
   // The staging is free again only when the receiver has read it all.
   if (!L.wait(kRecConsumed, L.chunks)) return false;
@@ -259,7 +279,6 @@ __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
 }
 
 __device__ bool p2p_recv(const P2PParams& q, const P2PLane& lane, u32 ch, u32 depth) {
-  const Params& p = q.p;
   __shared__ int s_ok[2];
   __shared__ u64 s_x[2];
   LaneSide L(q, lane, ch, kRecRecvOps, s_ok, s_x);
@@ -267,7 +286,7 @@ __device__ bool p2p_recv(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
     const P2POp& op = q.ops[lane.first + o];
     const u32 ops = ++L.ops;
     bool ok = true;
-    u64 zc = 0;
+    u64 zc = 0;  // 1: the sender writes straight into op.dst
     if (threadIdx.x == 0) {
       st8(L.theirs + kRecRBytes, op.bytes);
       st4(L.theirs + kRecRTag, (u32)(op.src >> kZcOffBits));
@@ -275,34 +294,12 @@ __device__ bool p2p_recv(const P2PParams& q, const P2PLane& lane, u32 ch, u32 de
       st_release_sys(word(L.theirs, kRecRReady), ops);
       ok = wait_flag(word(L.mine, kRecSReady), ops, L.abortp);
       if (ok) {
-        const u64 sent = ld8(L.mine + kRecSBytes);
         zc = ld4(L.mine + kRecSZero) == ops;
-        if (sent != op.bytes) {
-          p2p_mismatch(p, lane.peer, 1, op.bytes, sent);
-          ok = false;
-        }
+        ok = p2p_agree(q.p, lane.peer, 1, op.bytes, ld8(L.mine + kRecSBytes));
       }
     }
     if (!L.v.share2(ok, zc, &zc)) return false;
-    const Chunks c(q, op.bytes);
-    const u32 mineN = c.of(ch, q.channels);
-    if (zc != 0) {
-      // The sender wrote this channel's chunks into op.dst: wait for them.
-      if (mineN == 0) continue;
-      if (!L.wait(kRecPosted, L.chunks + 1)) return false;
-      L.chunks++;
-      if (threadIdx.x == 0) st_release_sys(word(L.theirs, kRecConsumed), L.chunks);
-      continue;
-    }
-    for (u32 k = 0; k < mineN; k++) {
-      const u32 n = L.chunks + k;
-      if (!L.wait(kRecPosted, n + 1)) return false;
-      const u64 g = ch + (u64)k * q.channels;
-      copy1((char*)op.dst + g * c.size, p2p_slot(q, p.rank, lane.peer, ch, depth, n % depth), c.len(g, op.bytes));
-      bar_sync();
-      if (threadIdx.x == 0) st_release_sys(word(L.theirs, kRecConsumed), n + 1);
-    }
-    L.chunks += mineN;
+    if (!(zc != 0 ? L.land(q, op, ch, 0, false) : L.pipe(q, lane, op, ch, depth, false))) return false;
   }
   L.save(kRecRecvOps);
   return true;
