@@ -44,7 +44,7 @@ var emuSources = []struct {
 	{"emu/emu_runtime.cc", false},
 	{"emu/emu_check.cc", false},
 	{"emu/emu_kernels.cc", false},
-	{"emu/emu_selftest.cc", false},
+	{"emu/emu_selftest.cc", false}, // (stamp.cu is compiled inside it)
 }
 
 // emuScenarios must name every scenario the emulator lists (checked below),

@@ -256,6 +256,7 @@ func (be *Backend) setupLocal(image []byte) error {
 		return err
 	}
 	be.setupAllToAll()
+	be.setupStampKernel()
 	return be.setupStash()
 }
 
