@@ -27,8 +27,8 @@
 // are advanced by the kernel, so CUDA graphs replay correctly.
 //
 // Zero copy: a Recv whose buffer lies in a registration carries the
-// registration's tag and the buffer's offset in it (P2POp.src, the host
-// decides, from P2PParams.zcMin bytes up); d publishes them with its count
+// registration's tag and the buffer's offset in it (P2POp.src; the host
+// offers it from GOCCL_TUNE's p2pzc bytes up); d publishes them with its count
 // (0: none). s, holding a mapping of d's registration under that tag in its
 // table (P2PParams.zcTable, written by its host at registration), takes the
 // op straight into d's buffer and says so in d's record (szero = k; k - 1:
