@@ -714,3 +714,29 @@ func TestNVLSCloseTearsDownTeamFirst(t *testing.T) {
 	// A second Close is a no-op.
 	r.close(t)
 }
+
+// With the recorder on, an NVLS call's launches carry its Stamp and
+// number: the first claims it and stores the start, the last the end.
+func TestNVLSStamps(t *testing.T) {
+	const slots = 16
+	setNVLSEnv(t, gateOpen)
+	r := newNVLSRig(t, 4, Config{Stamps: slots}, nil)
+	be, d := r.bes[2], r.drvs[2]
+	for _, c := range []struct {
+		count int // int64 elements
+		flags []uint32
+	}{{1 << 17, []uint32{7}}, {8 << 20, []uint32{3, 0, 4}}} {
+		d.launches = nil
+		a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 2), Recv: rankAddr(recvBase, 2), Count: c.count,
+			Type: collectives.Int64, Op: collectives.Max, Stream: uintptr(userStream), Seq: 21}
+		require.NoError(t, be.Run(context.Background(), &a))
+		var flags []uint32
+		for i, l := range d.launches {
+			require.Equal(t, "goccl_nvls_allreduce_i64_max", l.name)
+			assert.Equal(t, uint64(be.stamps.dev)+21%slots*stampBytes, u64at(l.params, nvlsTailSlot), "launch %d", i)
+			assert.Equal(t, uint64(21), u64at(l.params, nvlsTailSeq), "launch %d", i)
+			flags = append(flags, u32at(l.params, nvlsTailFlags))
+		}
+		assert.Equal(t, c.flags, flags, "%d elements", c.count)
+	}
+}
