@@ -24,7 +24,8 @@
 // lane alternating both paths over several launches, chunks over three
 // channels, a group run again with the same launch parameters and new
 // data as a graph replay runs, each receiver's path checked from its
-// record), p2pzcmismatch (a registered receiver whose count disagrees:
+// record; and a group all zero copy that must leave every staging slot
+// as it was), p2pzcmismatch (a registered receiver whose count disagrees:
 // the error, no byte written), callskip (ranks that meet in calls of
 // different numbers, in every staged collective and LL: see below).
 #include <stdio.h>
@@ -73,6 +74,7 @@ struct Scenario {
   int missing = -1;  // p2pabort: this rank never launches; it raises every abort flag instead
   uint64_t minData = 0;  // data region bytes at least (callskip)
   uint64_t zcMin = 0;    // a registered Recv from this many bytes takes zero copy (0: never)
+  bool stagingUntouched = false;  // every transfer takes zero copy: no rank's staging may change
 };
 
 struct Rng {
@@ -218,6 +220,26 @@ std::vector<Scenario> scenarios(uint64_t seed) {
       big.t.push_back(t);
     }
     s.groups.push_back(big);
+    v.push_back(s);
+  }
+  {
+    // Every transfer zero copy, both ways, chunks over two channels and
+    // ops past a launch's share: the data arrives and no staging slot is
+    // written.
+    Scenario s = base("p2pzconly", "p2pzc", 2, 2, 2, 16, 2048);
+    s.zcMin = 1;
+    s.stagingUntouched = true;
+    for (int round = 0; round < 2; round++) {
+      Group g{{}, rng.next()};
+      for (int k = 0; k < goccl::kP2PLaneOps + 2; k++)
+        for (int dir = 0; dir < 2; dir++) {
+          const uint64_t c = 1 + (uint64_t)rng.below(round == 0 ? 3000 : 20000);
+          Transfer t{dir, 1 - dir, 1 << rng.below(4), c, c, rng.below(2)};
+          t.reg = 1;
+          g.t.push_back(t);
+        }
+      s.groups.push_back(g);
+    }
     v.push_back(s);
   }
   {
@@ -434,6 +456,8 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
     memset(stampp, 0, sizeof *stampp);
     const uint64_t seq = 1000 + gi;
     const std::vector<P2PParams> qs = launches(s, g, pl, c, me, &maxLanes, o, stampp, seq);
+    char* staging = c.ws[me] + kSignalSize;
+    if (s.stagingUntouched) memset(staging, kCanary, c.llOffset);
     const uint64_t t0 = goccl::globaltimer();
     for (size_t li = 0; li < qs.size(); li++) {
       char label[200];
@@ -447,6 +471,14 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
       }
     }
     const uint64_t t1 = goccl::globaltimer();
+    if (s.stagingUntouched)
+      for (uint64_t b = 0; b < c.llOffset; b++)
+        if ((uint8_t)staging[b] != kCanary) {
+          printf("FAIL %s group %zu rank %d: staging byte %llu written on a zero-copy group\n", s.name.c_str(), gi, me,
+                 (unsigned long long)b);
+          fails++;
+          break;
+        }
     // The group's timestamps: its number, start and end within its
     // launches' span, the blocks-done counter back at zero (a missing or
     // aborted rank's launches may stop before their end).
