@@ -24,21 +24,12 @@ __device__ void alltoall_ll(const Params& p) {
   const u64 lo = per * blockIdx.x;
   const u64 n = lo < bytes ? min64(per, bytes - lo) : 0;
   const u64 lines = ceil_div(n, 8);
-  u32* epochp = (u32*)(p.signals + kLLEpochOffset) + blockIdx.x;
-  const u32 e = *(volatile const u32*)epochp + 1;
-  const u64 half = e & 1;
-  auto slot = [&](int owner, int src) -> char* {
-    return (char*)(p.peerStaging[owner] + p.llOffset) +
-           (((half * nr + src) * kLLMaxBlocks + blockIdx.x) * kLLSlot);
-  };
+  const LLBlock B(p);
+  const u32 e = B.e;
+  auto slot = [&](int owner, int src) { return B.slot(owner, src); };
   const char* send = (const char*)p.send;
   char* recv = (char*)p.recv;
-  const u64 seqAt = kLLSeqOffset + 4 * (half * kMaxRanks);
-  const int t = threadIdx.x;
-  if (blockIdx.x == 0 && t < nr && t != me) {
-    st4((char*)p.peerSignals[t] + seqAt + 4 * me, (u32)p.seq);
-    st_release_sys((u32*)((char*)p.peerSignals[t] + seqAt + 64) + me, e);
-  }
+  B.publish();
   // Lines of chunk r go to rank r; this rank's own chunk goes straight to
   // recv (in place it is already there).
   const bool inPlace = send == recv;
@@ -70,17 +61,7 @@ __device__ void alltoall_ll(const Params& p) {
       store_tail(recv + r * bytes + lo + 8 * i, (u64)line.x | ((u64)line.z << 32), len);
     }
   }
-  if (blockIdx.x == 0 && t < nr && t != me && !dead) {
-    if (!wait_flag((const u32*)(p.signals + seqAt + 64) + t, e, abortp) ||
-        !check_call(p, t, ld4((const char*)p.signals + seqAt + 4 * t)))
-      dead = true;
-  }
-  __shared__ int s_dead;
-  if (threadIdx.x == 0) s_dead = 0;
-  bar_sync();
-  if (dead) s_dead = 1;
-  bar_sync();
-  if (threadIdx.x == 0 && !s_dead) *(volatile u32*)epochp = e;
+  B.finish(dead);
 }
 
 }  // namespace goccl

@@ -75,7 +75,7 @@ struct Params {
   u32 blockSlots;        // 168: staging slots per (half, source): the grid the staging was laid out for
   u32 shareBytes;        // 172: a block's share of a round is cut to a multiple of this (a power of 2, >= 16)
   u64 seq;               // 176: the call's number on the communicator (Args.Seq); 0: not checked
-  u64 reserved[6];       // 184: [0] the call's Stamp (host-mapped; 0: none); [1] (192) PreMulSum's scalar (see premul_scalar); [2..3] the fused group's descriptors (fused.cu)
+  u64 reserved[6];       // 184: [0] the call's Stamp (host-mapped; 0: none); [1] (192) PreMulSum's scalar (see premul_scalar); [2..3] the fused group's descriptors (fused.cu); [4] (216) the point-to-point launch's stamp flags (p2p.cu)
   u64 slotBytes;         // 232: staging bytes per (half, source, block)
   i32 rank;              // 240
   i32 nranks;            // 244

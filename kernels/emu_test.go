@@ -44,7 +44,7 @@ var emuSources = []struct {
 	{"emu/emu_runtime.cc", false},
 	{"emu/emu_check.cc", false},
 	{"emu/emu_kernels.cc", false},
-	{"emu/emu_selftest.cc", false},
+	{"emu/emu_selftest.cc", false}, // (stamp.cu is compiled inside it)
 }
 
 // emuScenarios must name every scenario the emulator lists (checked below),
@@ -70,6 +70,8 @@ var emuScenarios = []struct {
 	{"p2pall", true},
 	{"p2pabort", true},
 	{"p2pmismatch", true},
+	{"p2pzc", true},
+	{"p2pzcmismatch", true},
 	{"callskip", true},
 	{"fused2", true},
 	{"fused3", false},
@@ -206,6 +208,15 @@ func TestKernelsOnCPU(t *testing.T) {
 			name: "a wrong received byte is reported",
 			args: []string{"-run", "p2p2", "-inject", "p2pcorrupt"},
 			want: []string{"FAIL p2p2 group 0 rank 1: 1 wrong bytes", "(recv of transfer ", "FAIL p2p2: 40 transfers"},
+		},
+		{
+			// Rank 0 has no zero-copy table: its Sends into registered
+			// buffers take staging (the data still arrives), and the
+			// receiver's path check must notice.
+			name: "a registered Recv that took staging is reported",
+			args: []string{"-run", "p2pzc", "-inject", "p2pzcnomap"},
+			want: []string{"FAIL p2pzc group 0 rank 1: last Recv from 0 (3000 x 4 bytes, registration 1) took staging, want zero copy",
+				"FAIL p2pzc: 55 transfers", "FAIL p2pzconly group 0 rank 1: staging byte ", "written on a zero-copy group"},
 		},
 	}
 	for _, c := range negative {

@@ -49,6 +49,54 @@ __device__ __forceinline__ void store_tail(char* p, u64 v, u64 n) {
   for (u64 i = 0; i < n; i++) st1(p + i, (u8)(v >> (8 * i)));
 }
 
+// LLBlock is one block's share of an LL launch (the AllReduce's, the
+// AllToAll's): its epoch e, the half of the line buffers e picks, and where
+// that half's call numbers lie.
+struct LLBlock {
+  const Params& p;
+  u32* epochp;
+  u32 e;
+  u64 half, seqAt;
+  __device__ explicit LLBlock(const Params& q)
+      : p(q),
+        epochp((u32*)(q.signals + kLLEpochOffset) + blockIdx.x),
+        e(*(volatile const u32*)epochp + 1),
+        half(e & 1),
+        seqAt(kLLSeqOffset + 4 * (half * kMaxRanks)) {}
+  // slot: the lines from rank src in rank owner's buffer, for this block.
+  __device__ char* slot(int owner, int src) const {
+    return (char*)(p.peerStaging[owner] + p.llOffset) +
+           (((half * p.nranks + src) * kLLMaxBlocks + blockIdx.x) * kLLSlot);
+  }
+  // publish: block 0 gives every peer this launch's call number, then e.
+  __device__ void publish() const {
+    const int t = threadIdx.x;
+    if (blockIdx.x == 0 && t < p.nranks && t != p.rank) {
+      st4((char*)p.peerSignals[t] + seqAt + 4 * p.rank, (u32)p.seq);
+      st_release_sys((u32*)((char*)p.peerSignals[t] + seqAt + 64) + p.rank, e);
+    }
+  }
+  // finish: block 0 checks the peers' call numbers (see kLLSeqOffset);
+  // once every thread has read the epoch, it moves on to e unless a thread
+  // stopped (dead: it saw the abort flag). Returns whether none did.
+  __device__ bool finish(bool dead) const {
+    const int t = threadIdx.x;
+    const u32* abortp = (const u32*)p.abortFlag;
+    if (blockIdx.x == 0 && t < p.nranks && t != p.rank && !dead) {
+      if (!wait_flag((const u32*)(p.signals + seqAt + 64) + t, e, abortp) ||
+          !check_call(p, t, ld4((const char*)p.signals + seqAt + 4 * t)))
+        dead = true;
+    }
+    __shared__ int s_dead;
+    if (threadIdx.x == 0) s_dead = 0;
+    bar_sync();
+    if (dead) s_dead = 1;
+    bar_sync();
+    if (threadIdx.x == 0 && !s_dead) *(volatile u32*)epochp = e;
+    return s_dead == 0;
+  }
+};
+
 // allreduce_ll returns false when it stopped for an abort (the epoch is
 // kept). nblocks (0: the grid) is how many blocks share the message: the
 // fused kernel runs each call on the blocks its own launch would have had.
@@ -76,21 +124,12 @@ __device__ bool allreduce_ll(const Params& p, u32 nblocks = 0) {
   const u64 lo = per * blockIdx.x;
   const u64 n = lo < bytes ? min64(per, bytes - lo) : 0;
   const u64 lines = ceil_div(n, 8);
-  u32* epochp = (u32*)(p.signals + kLLEpochOffset) + blockIdx.x;
-  const u32 e = *(volatile const u32*)epochp + 1;
-  const u64 half = e & 1;
-  auto slot = [&](int owner, int src) -> char* {
-    return (char*)(p.peerStaging[owner] + p.llOffset) +
-           (((half * nr + src) * kLLMaxBlocks + blockIdx.x) * kLLSlot);
-  };
+  const LLBlock B(p);
+  const u32 e = B.e;
+  auto slot = [&](int owner, int src) { return B.slot(owner, src); };
   const char* send = (const char*)p.send + lo;
   char* recv = (char*)p.recv + lo;
-  const u64 seqAt = kLLSeqOffset + 4 * (half * kMaxRanks);
-  const int t = threadIdx.x;
-  if (blockIdx.x == 0 && t < nr && t != me) {
-    st4((char*)p.peerSignals[t] + seqAt + 4 * me, (u32)p.seq);
-    st_release_sys((u32*)((char*)p.peerSignals[t] + seqAt + 64) + me, e);
-  }
+  B.publish();
   // Each thread writes, then reads, its own lines: no block barrier.
   for (u64 i = threadIdx.x; i < lines; i += blockDim.x) {
     const u64 v = premul8(load_tail(send + 8 * i, min64(8, n - 8 * i)));
@@ -137,20 +176,7 @@ __device__ bool allreduce_ll(const Params& p, u32 nblocks = 0) {
     for (int j = 0; j < V; j++) out.r[j] = E::store(Op::finish(acc[j], nr));
     store_tail(recv + 8 * i, out.u, len);
   }
-  // Block 0 checks the peers' call numbers (see kLLSeqOffset).
-  if (blockIdx.x == 0 && t < nr && t != me && !dead) {
-    if (!wait_flag((const u32*)(p.signals + seqAt + 64) + t, e, abortp) ||
-        !check_call(p, t, ld4((const char*)p.signals + seqAt + 4 * t)))
-      dead = true;
-  }
-  // Every thread has read the epoch before it moves on.
-  __shared__ int s_dead;
-  if (threadIdx.x == 0) s_dead = 0;
-  bar_sync();
-  if (dead) s_dead = 1;
-  bar_sync();
-  if (threadIdx.x == 0 && !s_dead) *(volatile u32*)epochp = e;
-  return s_dead == 0;
+  return B.finish(dead);
 }
 
 }  // namespace goccl

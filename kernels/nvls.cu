@@ -49,6 +49,20 @@ struct Params {
   u32 pad;        // 84
 };                // 88 bytes
 
+// StampTail is the reducing kernels' second parameter (at byte 88 of the
+// buffer): the flight recorder's timestamps, stored as common.cuh's
+// stamp_begin and stamp_end do (collectives/gpu/nvls.go writes it). A call
+// of several launches times itself from its first launch's start to its
+// last launch's end (flags).
+struct StampTail {
+  u64 slot;     //  0: the call's Stamp (common.cuh; host-mapped); 0 stores nothing
+  u64 seq;      //  8: the call's number, stored after the end
+  u64 counter;  // 16: a u32 counting the launch's blocks done (the signal area's kStampCountOffset)
+  u32 flags;    // 24: kTailClaim | kTailStart | kTailEnd
+  u32 pad;      // 28
+};              // 32 bytes
+[[maybe_unused]] constexpr u32 kTailClaim = 1, kTailStart = 2, kTailEnd = 4;
+
 struct alignas(16) Vec {
   u32 x, y, z, w;
 };
@@ -92,6 +106,36 @@ __device__ __forceinline__ u32 ld_volatile(u64 a) {
   u32 v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(a) : "memory");
   return v;
+}
+
+__device__ __forceinline__ u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void st_volatile64(u64 a, u64 v) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" : : "l"(a), "l"(v) : "memory");
+}
+
+// stamp_begin: one thread of block 0 claims the Stamp (number 0) and
+// stores the start, as the launch's flags say.
+__device__ __forceinline__ void stamp_begin(const StampTail& s) {
+  if (s.slot == 0 || blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (s.flags & kTailClaim) st_volatile64(s.slot + 16, 0);
+  if (s.flags & kTailStart) st_volatile64(s.slot, globaltimer());
+}
+// stamp_end: the launch's last block to finish stores the end, then the
+// number (every block passes here, extra blocks too).
+__device__ __forceinline__ void stamp_end(const StampTail& s) {
+  if (s.slot == 0 || !(s.flags & kTailEnd)) return;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  u32 old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(s.counter) : "memory");
+  if (old != gridDim.x - 1) return;
+  asm volatile("st.volatile.global.u32 [%0], 0;" : : "l"(s.counter) : "memory");
+  st_volatile64(s.slot + 8, globaltimer());
+  st_volatile64(s.slot + 16, s.seq);
 }
 
 // One reducer per (type, op): ld16 returns the reduction over every rank of
@@ -370,23 +414,27 @@ __device__ void broadcast(const Params& p) {
 }  // namespace goccl_nvls
 
 #ifdef GOCCL_NVLS_SM90
-#define GOCCL_NVLS_REDUCE_KERNELS(tname, opname, R)                                  \
-  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                 \
-      goccl_nvls_allreduce_##tname##_##opname(goccl_nvls::Params p) {                \
-    goccl_nvls::allreduce<goccl_nvls::R>(p);                                         \
-  }                                                                                  \
-  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                 \
-      goccl_nvls_reducescatter_##tname##_##opname(goccl_nvls::Params p) {            \
-    goccl_nvls::reducescatter<goccl_nvls::R>(p);                                     \
+#define GOCCL_NVLS_REDUCE_KERNELS(tname, opname, R)                                        \
+  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                       \
+      goccl_nvls_allreduce_##tname##_##opname(goccl_nvls::Params p, goccl_nvls::StampTail s) { \
+    goccl_nvls::stamp_begin(s);                                                            \
+    goccl_nvls::allreduce<goccl_nvls::R>(p);                                               \
+    goccl_nvls::stamp_end(s);                                                              \
+  }                                                                                        \
+  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                       \
+      goccl_nvls_reducescatter_##tname##_##opname(goccl_nvls::Params p, goccl_nvls::StampTail s) { \
+    goccl_nvls::stamp_begin(s);                                                            \
+    goccl_nvls::reducescatter<goccl_nvls::R>(p);                                           \
+    goccl_nvls::stamp_end(s);                                                              \
   }
 #else
 // Below sm_90 the entry points exist (the fatbin has the same names for
 // every architecture) but do nothing.
-#define GOCCL_NVLS_REDUCE_KERNELS(tname, opname, R)                                  \
-  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                 \
-      goccl_nvls_allreduce_##tname##_##opname(goccl_nvls::Params p) {}               \
-  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                 \
-      goccl_nvls_reducescatter_##tname##_##opname(goccl_nvls::Params p) {}
+#define GOCCL_NVLS_REDUCE_KERNELS(tname, opname, R)                                            \
+  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                           \
+      goccl_nvls_allreduce_##tname##_##opname(goccl_nvls::Params p, goccl_nvls::StampTail s) {}     \
+  extern "C" __global__ void __launch_bounds__(goccl_nvls::kThreads)                           \
+      goccl_nvls_reducescatter_##tname##_##opname(goccl_nvls::Params p, goccl_nvls::StampTail s) {}
 #endif
 
 GOCCL_NVLS_REDUCE_KERNELS(f32, sum, SumF32)

@@ -25,6 +25,18 @@
 // A sender's block ends only when every chunk it posted was consumed, so
 // the next kernel finds the staging free. Counters live on the device and
 // are advanced by the kernel, so CUDA graphs replay correctly.
+//
+// Zero copy: a Recv whose buffer lies in a registration carries the
+// registration's tag and the buffer's offset in it (P2POp.src; the host
+// offers it from GOCCL_TUNE's p2pzc bytes up); d publishes them with its count
+// (0: none). s, holding a mapping of d's registration under that tag in its
+// table (P2PParams.zcTable, written by its host at registration), takes the
+// op straight into d's buffer and says so in d's record (szero = k; k - 1:
+// staging) before sready, so that both sides follow the one path s chose
+// from what both saw. On that path each channel with chunks of the op
+// copies them into d's buffer and posts one chunk that uses no slot
+// ("landed"); d waits for it and copies nothing, then consumes it, so the
+// counters stay the staging path's.
 #include "common.cuh"
 
 namespace goccl {
@@ -42,11 +54,31 @@ constexpr u64 kP2PMinChunk = 2048;  // a chunk is at least this (or a slot)
 constexpr int kRecSBytes = 0, kRecSReady = 8, kRecPosted = 12;
 constexpr int kRecRBytes = 16, kRecRReady = 24, kRecConsumed = 28;
 constexpr int kRecSendOps = 32, kRecSendChunks = 36, kRecRecvOps = 40, kRecRecvChunks = 44;
+// Zero copy: the peer as receiver writes its registration's tag (0: none)
+// and the offset, the peer as sender its choice (szero).
+constexpr int kRecRTag = 48, kRecSZero = 52, kRecROff = 56;
+
+// The zero-copy table (device memory, collectives/gpu/p2pzc.go): entry
+// tag % kZcSlots holds the tag of the registration it maps (0: free) and
+// each peer's copy of it as mapped here.
+constexpr u32 kZcSlots = 1024;
+constexpr int kZcOffBits = 40;  // P2POp.src of a Recv: tag << 40 | offset
+struct ZcEntry {
+  u32 tag;
+  u32 pad;
+  u64 base[kMaxRanks];
+};
+static_assert(sizeof(ZcEntry) == 8 + 8 * kMaxRanks, "ZcEntry changed: update collectives/gpu/p2pzc.go");
+
+// Stamp flags (Params.reserved[4], the point-to-point launch's own word):
+// a group's launches time it together. A kernel built before them ignores
+// the word and times each launch whole.
+constexpr u64 kP2PStampClaim = 1, kP2PStampStart = 2, kP2PStampEnd = 4;
 
 enum P2PKindDev : u32 { kLaneSend = 0, kLaneRecv = 1, kLaneCopy = 2 };
 
 struct P2POp {
-  u64 src;    // Send, copy: the data
+  u64 src;    // Send, copy: the data; Recv: zero-copy tag << 40 | offset (0: none)
   u64 dst;    // Recv, copy: where it goes
   u64 bytes;  // this rank's byte count
 };
@@ -62,11 +94,12 @@ struct P2PParams {
   Params p;                        //   0
   u32 nlanes;                      // 288
   u32 channels;                    // 292: blocks per lane, the same on every rank
-  u64 reserved;                    // 296
+  u64 zcTable;                     // 296: ZcEntry[kZcSlots] (0: no zero copy)
   P2PLane lanes[kP2PMaxLanes];     // 304
   P2POp ops[kP2PMaxOps];           // 432
 };                                 // 3504 bytes
 static_assert(__builtin_offsetof(P2PParams, nlanes) == 288, "P2PParams.nlanes moved: update collectives/gpu/p2p.go");
+static_assert(__builtin_offsetof(P2PParams, zcTable) == 296, "P2PParams.zcTable moved: update collectives/gpu/p2p.go");
 static_assert(__builtin_offsetof(P2PParams, channels) == 292, "P2PParams.channels moved: update collectives/gpu/p2p.go");
 static_assert(__builtin_offsetof(P2PParams, lanes) == 304, "P2PParams.lanes moved: update collectives/gpu/p2p.go");
 static_assert(__builtin_offsetof(P2PParams, ops) == 432, "P2PParams.ops moved: update collectives/gpu/p2p.go");
@@ -103,115 +136,172 @@ __device__ __forceinline__ char* p2p_slot(const P2PParams& q, int d, int s, u32 
   return (char*)p.peerStaging[d] + half * halfBytes + ((u64)s * p.blockSlots + j) * p.slotBytes;
 }
 
-// p2p_mismatch reports a pair whose byte counts disagree (this rank's
-// direction as the code) and aborts this rank's kernels. Thread 0 only.
-__device__ void p2p_mismatch(const Params& p, int peer, u32 dir, u64 mine, u64 theirs) {
+// p2p_agree compares a pair's byte counts (thread 0): when they differ it
+// reports the pair (this rank's direction as the code) and aborts this
+// rank's kernels.
+__device__ bool p2p_agree(const Params& p, int peer, u32 dir, u64 mine, u64 theirs) {
+  if (mine == theirs) return true;
   report_error(p, dir == 0 ? kErrSendBytes : kErrRecvBytes, peer, mine, theirs);
+  return false;
 }
 
 // Verdict hands thread 0's outcome of a wait to the whole block through a
 // barrier. Its two words alternate, so thread 0 rewrites one only after
 // every thread passed the barrier that followed its read of it, and every
 // thread leaves at the same check.
+// share2 hands a word along with it in the same way.
 struct Verdict {
   int* s;
+  u64* x;
   u32 turn;
   __device__ bool share(bool ok0) {
     if (threadIdx.x == 0) s[turn & 1] = ok0;
     bar_sync();
     return s[turn++ & 1] != 0;
   }
+  __device__ bool share2(bool ok0, u64 x0, u64* out) {
+    if (threadIdx.x == 0) x[turn & 1] = x0;
+    const u32 t = turn;
+    const bool ok = share(ok0);
+    *out = x[t & 1];
+    return ok;
+  }
+};
+
+// zc_dst is where a Send of this rank to peer goes straight into the
+// peer's registered buffer, 0 for staging: the peer published tag (and
+// off), and this rank's table maps that registration of the peer. The tag
+// is read with acquire: the host writes an entry's bases before its tag.
+__device__ u64 zc_dst(const P2PParams& q, int peer, u32 tag, u64 off) {
+  if (tag == 0 || q.zcTable == 0) return 0;
+  const ZcEntry* e = (const ZcEntry*)q.zcTable + tag % kZcSlots;
+  if (ld_acquire_sys(&e->tag) != tag) return 0;
+  const u64 b = ld8(&e->base[peer]);
+  return b == 0 ? 0 : b + off;
+}
+
+// LaneSide is what both directions of a lane start from: the pair's
+// records on both ranks, the block's verdicts and the channel's counters
+// (ops, chunks) at offset `at` of this rank's record, stored back by save.
+struct LaneSide {
+  const u32* abortp;
+  char* mine;
+  char* theirs;
+  Verdict v;
+  u32 ops, chunks;
+  __device__ LaneSide(const P2PParams& q, const P2PLane& lane, u32 ch, int at, int* s_ok, u64* s_x)
+      : abortp((const u32*)q.p.abortFlag),
+        mine(record(q.p.signals, lane.peer, ch)),
+        theirs(record(q.p.peerSignals[lane.peer], q.p.rank, ch)),
+        v{s_ok, s_x, 0},
+        ops(*(volatile u32*)word(mine, at)),
+        chunks(*(volatile u32*)word(mine, at + 4)) {}
+  __device__ bool wait(int off, u32 want) { return v.share(threadIdx.x != 0 || wait_flag(word(mine, off), want, abortp)); }
+  __device__ void save(int at) {
+    if (threadIdx.x != 0) return;
+    *(volatile u32*)word(mine, at) = ops;
+    *(volatile u32*)word(mine, at + 4) = chunks;
+  }
+  // pipe moves this channel's chunks of op through its staging slots: the
+  // sender's chunk n waits for consumed >= n + 1 - depth and goes from src
+  // into slot n % depth, the receiver's waits for posted >= n + 1 and goes
+  // from the slot into dst; each then posts n + 1 to the peer.
+  __device__ bool pipe(const P2PParams& q, const P2PLane& lane, const P2POp& op, u32 ch, u32 depth, bool send) {
+    const Params& p = q.p;
+    const Chunks c(q, op.bytes);
+    const u32 mineN = c.of(ch, q.channels);
+    for (u32 k = 0; k < mineN; k++) {
+      const u32 n = chunks + k;
+      if (!wait(send ? kRecConsumed : kRecPosted, send ? n + 1 - depth : n + 1)) return false;
+      const u64 g = ch + (u64)k * q.channels, at = g * c.size, len = c.len(g, op.bytes);
+      if (send)
+        copy1(p2p_slot(q, lane.peer, p.rank, ch, depth, n % depth), (const char*)op.src + at, len);
+      else
+        copy1((char*)op.dst + at, p2p_slot(q, p.rank, lane.peer, ch, depth, n % depth), len);
+      bar_sync();
+      if (threadIdx.x == 0) st_release_sys(word(theirs, send ? kRecPosted : kRecConsumed), n + 1);
+    }
+    chunks += mineN;
+    return true;
+  }
+  // land is zero copy: the sender writes this channel's chunks of op
+  // straight to dst and posts one chunk that uses no slot; the receiver
+  // waits for it, then consumes it. A channel without chunks does neither.
+  __device__ bool land(const P2PParams& q, const P2POp& op, u32 ch, u64 dst, bool send) {
+    const Chunks c(q, op.bytes);
+    const u32 mineN = c.of(ch, q.channels);
+    if (mineN == 0) return true;
+    if (send) {
+      for (u32 k = 0; k < mineN; k++) {
+        const u64 g = ch + (u64)k * q.channels;
+        copy1((char*)dst + g * c.size, (const char*)op.src + g * c.size, c.len(g, op.bytes));
+      }
+      bar_sync();
+      if (threadIdx.x == 0) st_release_sys(word(theirs, kRecPosted), chunks + 1);
+    } else {
+      if (!wait(kRecPosted, chunks + 1)) return false;
+      if (threadIdx.x == 0) st_release_sys(word(theirs, kRecConsumed), chunks + 1);
+    }
+    chunks++;
+    return true;
+  }
 };
 
 // Each lane function returns false when the block stopped early (abort or
 // mismatch); its counters are then left behind, as the communicator is done.
 __device__ bool p2p_send(const P2PParams& q, const P2PLane& lane, u32 ch, u32 depth) {
-  const Params& p = q.p;
-  const u32* abortp = (const u32*)p.abortFlag;
-  char* mine = record(p.signals, lane.peer, ch);
-  char* theirs = record(p.peerSignals[lane.peer], p.rank, ch);
   __shared__ int s_ok[2];
-  Verdict v{s_ok, 0};
-  u32 ops = *(volatile u32*)word(mine, kRecSendOps), chunks = *(volatile u32*)word(mine, kRecSendChunks);
+  __shared__ u64 s_x[2];
+  LaneSide L(q, lane, ch, kRecSendOps, s_ok, s_x);
   for (u32 o = 0; o < lane.n; o++) {
     const P2POp& op = q.ops[lane.first + o];
-    ops++;
+    const u32 ops = ++L.ops;
     bool ok = true;
+    u64 zc = 0;  // where the data goes straight (0: staging)
     if (threadIdx.x == 0) {
-      ok = wait_flag(word(mine, kRecRReady), ops, abortp);
+      ok = wait_flag(word(L.mine, kRecRReady), ops, L.abortp);
       if (ok) {
-        st8(theirs + kRecSBytes, op.bytes);
-        st_release_sys(word(theirs, kRecSReady), ops);
-        const u64 want = ld8(mine + kRecRBytes);
-        if (want != op.bytes) {
-          p2p_mismatch(p, lane.peer, 0, op.bytes, want);
-          ok = false;
-        }
+        const u64 want = ld8(L.mine + kRecRBytes);
+        zc = zc_dst(q, lane.peer, ld4(L.mine + kRecRTag), ld8(L.mine + kRecROff));
+        st4(L.theirs + kRecSZero, zc != 0 ? ops : ops - 1);
+        st8(L.theirs + kRecSBytes, op.bytes);
+        st_release_sys(word(L.theirs, kRecSReady), ops);
+        ok = p2p_agree(q.p, lane.peer, 0, op.bytes, want);
       }
     }
-    if (!v.share(ok)) return false;
-    const Chunks c(q, op.bytes);
-    const u32 mineN = c.of(ch, q.channels);
-    for (u32 k = 0; k < mineN; k++) {
-      const u32 n = chunks + k;
-      if (!v.share(threadIdx.x != 0 || wait_flag(word(mine, kRecConsumed), n + 1 - depth, abortp))) return false;
-      const u64 g = ch + (u64)k * q.channels;
-      copy1(p2p_slot(q, lane.peer, p.rank, ch, depth, n % depth), (const char*)op.src + g * c.size, c.len(g, op.bytes));
-      bar_sync();
-      if (threadIdx.x == 0) st_release_sys(word(theirs, kRecPosted), n + 1);
-    }
-    chunks += mineN;
+    if (!L.v.share2(ok, zc, &zc)) return false;
+    if (!(zc != 0 ? L.land(q, op, ch, zc, true) : L.pipe(q, lane, op, ch, depth, true))) return false;
   }
   // The staging is free again only when the receiver has read it all.
-  if (!v.share(threadIdx.x != 0 || wait_flag(word(mine, kRecConsumed), chunks, abortp))) return false;
-  if (threadIdx.x == 0) {
-    *(volatile u32*)word(mine, kRecSendOps) = ops;
-    *(volatile u32*)word(mine, kRecSendChunks) = chunks;
-  }
+  if (!L.wait(kRecConsumed, L.chunks)) return false;
+  L.save(kRecSendOps);
   return true;
 }
 
 __device__ bool p2p_recv(const P2PParams& q, const P2PLane& lane, u32 ch, u32 depth) {
-  const Params& p = q.p;
-  const u32* abortp = (const u32*)p.abortFlag;
-  char* mine = record(p.signals, lane.peer, ch);
-  char* theirs = record(p.peerSignals[lane.peer], p.rank, ch);
   __shared__ int s_ok[2];
-  Verdict v{s_ok, 0};
-  u32 ops = *(volatile u32*)word(mine, kRecRecvOps), chunks = *(volatile u32*)word(mine, kRecRecvChunks);
+  __shared__ u64 s_x[2];
+  LaneSide L(q, lane, ch, kRecRecvOps, s_ok, s_x);
   for (u32 o = 0; o < lane.n; o++) {
     const P2POp& op = q.ops[lane.first + o];
-    ops++;
+    const u32 ops = ++L.ops;
     bool ok = true;
+    u64 zc = 0;  // 1: the sender writes straight into op.dst
     if (threadIdx.x == 0) {
-      st8(theirs + kRecRBytes, op.bytes);
-      st_release_sys(word(theirs, kRecRReady), ops);
-      ok = wait_flag(word(mine, kRecSReady), ops, abortp);
+      st8(L.theirs + kRecRBytes, op.bytes);
+      st4(L.theirs + kRecRTag, (u32)(op.src >> kZcOffBits));
+      st8(L.theirs + kRecROff, op.src & ((1ull << kZcOffBits) - 1));
+      st_release_sys(word(L.theirs, kRecRReady), ops);
+      ok = wait_flag(word(L.mine, kRecSReady), ops, L.abortp);
       if (ok) {
-        const u64 sent = ld8(mine + kRecSBytes);
-        if (sent != op.bytes) {
-          p2p_mismatch(p, lane.peer, 1, op.bytes, sent);
-          ok = false;
-        }
+        zc = ld4(L.mine + kRecSZero) == ops;
+        ok = p2p_agree(q.p, lane.peer, 1, op.bytes, ld8(L.mine + kRecSBytes));
       }
     }
-    if (!v.share(ok)) return false;
-    const Chunks c(q, op.bytes);
-    const u32 mineN = c.of(ch, q.channels);
-    for (u32 k = 0; k < mineN; k++) {
-      const u32 n = chunks + k;
-      if (!v.share(threadIdx.x != 0 || wait_flag(word(mine, kRecPosted), n + 1, abortp))) return false;
-      const u64 g = ch + (u64)k * q.channels;
-      copy1((char*)op.dst + g * c.size, p2p_slot(q, p.rank, lane.peer, ch, depth, n % depth), c.len(g, op.bytes));
-      bar_sync();
-      if (threadIdx.x == 0) st_release_sys(word(theirs, kRecConsumed), n + 1);
-    }
-    chunks += mineN;
+    if (!L.v.share2(ok, zc, &zc)) return false;
+    if (!(zc != 0 ? L.land(q, op, ch, 0, false) : L.pipe(q, lane, op, ch, depth, false))) return false;
   }
-  if (threadIdx.x == 0) {
-    *(volatile u32*)word(mine, kRecRecvOps) = ops;
-    *(volatile u32*)word(mine, kRecRecvChunks) = chunks;
-  }
+  L.save(kRecRecvOps);
   return true;
 }
 
@@ -224,6 +314,18 @@ __device__ void p2p_copy(const P2PParams& q, const P2PLane& lane, u32 ch) {
     for (u64 g = ch; g < c.n; g += q.channels)
       copy1((char*)op.dst + g * c.size, (const char*)op.src + g * c.size, c.len(g, op.bytes));
   }
+}
+
+// A group's launches share its Stamp: the first claims it (and stores the
+// start unless the group's collectives already did), the last ends it.
+__device__ __forceinline__ void p2p_stamp_begin(const P2PParams& q) {
+  if (q.p.reserved[0] == 0 || blockIdx.x != 0 || threadIdx.x != 0) return;
+  Stamp* s = (Stamp*)q.p.reserved[0];
+  if (q.p.reserved[4] & kP2PStampClaim) st8(&s->seq, 0);
+  if (q.p.reserved[4] & kP2PStampStart) st8(&s->start, globaltimer());
+}
+__device__ __forceinline__ void p2p_stamp_end(const P2PParams& q) {
+  if (q.p.reserved[4] & kP2PStampEnd) stamp_end(q.p);
 }
 
 __device__ void p2p(const P2PParams& q) {
@@ -247,7 +349,7 @@ __device__ void p2p(const P2PParams& q) {
 
 extern "C" __global__ void __launch_bounds__(goccl::kThreads) goccl_p2p(goccl::P2PParams q) {
   goccl::grid_dep_sync();
-  goccl::stamp_begin(q.p);
+  goccl::p2p_stamp_begin(q);
   goccl::p2p(q);
-  goccl::stamp_end(q.p);
+  goccl::p2p_stamp_end(q);
 }

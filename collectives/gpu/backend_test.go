@@ -139,8 +139,8 @@ func TestEveryKernelLookedUpOnce(t *testing.T) {
 	_, drvs, _ := newFakeBackends(t, 1, Config{})
 	// 6 reducing families x 12 types x 6 ops + 2 copy kernels + the
 	// point-to-point kernel + the fused AllReduces (12 types x the 5 ops
-	// without a scalar) + the one-shot AllToAll.
-	assert.Len(t, drvs[0].names, 6*12*6+3+12*5+1)
+	// without a scalar) + the one-shot AllToAll + the timestamp kernel.
+	assert.Len(t, drvs[0].names, 6*12*6+3+12*5+1+1)
 	seen := map[string]bool{}
 	for _, n := range drvs[0].names {
 		assert.False(t, seen[n], "looked up twice: %s", n)

@@ -42,6 +42,7 @@ type fakeDriver struct {
 	streams    int // created minus destroyed
 	events     int
 	syncs      int  // CtxSynchronize calls
+	devAllocs  int  // MemAlloc minus MemFree
 	quiet      bool // record nothing (allocation tests)
 	ccMajor    int  // compute capability major (DeviceAttribute); 0 reads as 1
 	smemOptin  int  // shared memory a block may opt in to; 0 reads as an H200's
@@ -255,6 +256,24 @@ func (f *fakeDriver) MemAllocHost(_ cuda.Context, n uint64) (unsafe.Pointer, err
 	return unsafe.Pointer(m), nil
 }
 func (f *fakeDriver) MemFreeHost(cuda.Context, unsafe.Pointer) error { f.freed++; return nil }
+
+// MemAlloc hands out addresses far from the handles; devAllocs counts
+// allocations not yet freed.
+func (f *fakeDriver) MemAlloc(_ cuda.Context, n uint64) (cuda.DevicePtr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failOn == "memAlloc" {
+		return 0, errFake
+	}
+	f.devAllocs++
+	return cuda.DevicePtr(f.handle() << 32), nil
+}
+func (f *fakeDriver) MemFree(cuda.Context, cuda.DevicePtr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.devAllocs--
+	return nil
+}
 
 // MemHostGetDevicePointer: the first allocation (the abort flag) maps to
 // 0xabc000, the k-th to hostDevBase + k<<24.

@@ -86,6 +86,7 @@ type Backend struct {
 	ce     copyEngine
 	nv     nvlsState
 	p2p    p2pState
+	zc     zcTable // zero-copy point-to-point (p2pzc.go)
 	stamps stampTable
 	// last is how the last call went (LastPath); transport the mapper's name.
 	last      collectives.Path
@@ -255,6 +256,7 @@ func (be *Backend) setupLocal(image []byte) error {
 		return err
 	}
 	be.setupAllToAll()
+	be.setupStampKernel()
 	return be.setupStash()
 }
 
@@ -442,6 +444,7 @@ func (be *Backend) release(ctx context.Context) error {
 	}
 	errs = append(errs, be.releaseCE()...)
 	errs = append(errs, be.releaseFuse()...)
+	errs = append(errs, be.releaseZC()...)
 	for _, e := range []*cuda.Event{&be.p2p.evIn, &be.p2p.evOut} {
 		if *e != 0 {
 			if err := be.drv.EventDestroy(be.ctx, *e); err != nil {

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -104,7 +105,10 @@ type nvlsState struct {
 	dataBytes uint64                                        // data area, a multiple of 16
 
 	kp  nvls.KernelParams
-	buf *[nvls.KernelParamsSize]byte // its own allocation, handed to C
+	buf *[nvlsParamBytes]byte // its own allocation, handed to C: kp, then the StampTail
+	// The running call's Stamp and number (runNVLS), which its first
+	// launch claims and its last ends.
+	stampSlot, stampSeq uint64
 
 	warned atomic.Bool // forced NVLS met a call it cannot take
 }
@@ -209,7 +213,7 @@ func (be *Backend) prepareNVLS(g *nvls.Region) (string, error) {
 	mc, uc := uint64(g.Multicast), uint64(g.Unicast)
 	nv.mcData, nv.ucData = mc+nvlsDataOff, uc+nvlsDataOff
 	nv.dataBytes = (g.Size - nvlsDataOff) &^ 15
-	nv.buf = new([nvls.KernelParamsSize]byte)
+	nv.buf = new([nvlsParamBytes]byte)
 	nv.kp = nvls.KernelParams{
 		MCFlags: mc, UCFlags: uc, Epochs: uc + nvlsEpochsOff, AbortFlag: uint64(be.abortDev),
 		Rank: int32(be.rank), NRanks: int32(be.nranks),
@@ -293,6 +297,7 @@ func (be *Backend) pickNVLS(a *collectives.Args, bytes int64) cuda.Function {
 // this rank's epochs behind its peers' (and peers waiting for it), so it
 // aborts the communicator.
 func (be *Backend) runNVLS(a *collectives.Args, fn cuda.Function, bytes uint64) error {
+	be.nv.stampSlot, be.nv.stampSeq = be.stamps.slot(a.Seq), a.Seq
 	var err error
 	if a.Coll == collectives.AllReduce {
 		err = be.nvlsAllReduce(a, fn, bytes)
@@ -315,7 +320,7 @@ func (be *Backend) nvlsAllReduce(a *collectives.Args, fn cuda.Function, bytes ui
 			return fmt.Errorf("copy in: %w", err)
 		}
 		nv.kp.MC, nv.kp.Src, nv.kp.Dst, nv.kp.Bytes, nv.kp.Stride = nv.mcData, 0, 0, c, 0
-		if err := be.nvlsLaunch(fn, (c+n-1)/n, s); err != nil {
+		if err := be.nvlsLaunch(fn, (c+n-1)/n, s, off == 0, off+c == bytes); err != nil {
 			return err
 		}
 		if err := be.drv.MemcpyAsync(be.ctx, cuda.DevicePtr(a.Recv+uintptr(off)), cuda.DevicePtr(nv.ucData), c, s); err != nil {
@@ -348,7 +353,7 @@ func (be *Backend) nvlsReduceScatter(a *collectives.Args, fn cuda.Function, byte
 			}
 		}
 		nv.kp.MC, nv.kp.Src, nv.kp.Dst, nv.kp.Bytes, nv.kp.Stride = nv.mcData, 0, uint64(a.Recv)+off, c, stride
-		if err := be.nvlsLaunch(fn, c, s); err != nil {
+		if err := be.nvlsLaunch(fn, c, s, off == 0, off+c == bytes); err != nil {
 			return err
 		}
 	}
@@ -363,11 +368,37 @@ const (
 	nvlsMaxGrid    = 64
 )
 
-// nvlsLaunch launches fn with nv.kp on s.
-func (be *Backend) nvlsLaunch(fn cuda.Function, perRank uint64, s cuda.Stream) error {
+// The reducing NVLS kernels' second parameter, kernels/nvls.cu's
+// StampTail, at nvls.KernelParamsSize: the call's timestamps.
+const (
+	nvlsTailSlot    = nvls.KernelParamsSize
+	nvlsTailSeq     = nvlsTailSlot + 8
+	nvlsTailCounter = nvlsTailSlot + 16
+	nvlsTailFlags   = nvlsTailSlot + 24
+	nvlsParamBytes  = nvlsTailSlot + 32
+
+	nvlsStampClaim = 1
+	nvlsStampStart = 2
+	nvlsStampEnd   = 4
+)
+
+// nvlsLaunch launches fn with nv.kp on s; first and last say whether it
+// is the call's first and last launch, which time the call.
+func (be *Backend) nvlsLaunch(fn cuda.Function, perRank uint64, s cuda.Stream, first, last bool) error {
 	nv := &be.nv
 	grid := clampGrid(int64(perRank), nvlsBlockBytes, min(nvlsMaxGrid, be.tune.grid, nvls.KernelMaxBlocks))
 	nv.kp.Put(nv.buf[:])
+	flags := uint32(0)
+	if first {
+		flags |= nvlsStampClaim | nvlsStampStart
+	}
+	if last {
+		flags |= nvlsStampEnd
+	}
+	binary.LittleEndian.PutUint64(nv.buf[nvlsTailSlot:], nv.stampSlot)
+	binary.LittleEndian.PutUint64(nv.buf[nvlsTailSeq:], nv.stampSeq)
+	binary.LittleEndian.PutUint64(nv.buf[nvlsTailCounter:], binary.LittleEndian.Uint64(be.prm[offSignals:])+stampCountOff)
+	binary.LittleEndian.PutUint32(nv.buf[nvlsTailFlags:], flags)
 	cfg := cuda.LaunchConfig{
 		Grid:   cuda.Dim3{X: uint32(grid), Y: 1, Z: 1},
 		Block:  cuda.Dim3{X: nvls.KernelThreads, Y: 1, Z: 1},

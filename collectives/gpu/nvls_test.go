@@ -182,7 +182,7 @@ type nvlsParams struct {
 }
 
 func decodeNVLSParams(t *testing.T, p []byte) nvlsParams {
-	require.Len(t, p, 88)
+	require.Len(t, p, 88+32, "goccl_nvls::Params, then the StampTail")
 	return nvlsParams{mc: u64at(p, 0), src: u64at(p, 8), dst: u64at(p, 16), bytes: u64at(p, 24), stride: u64at(p, 32),
 		mcFlags: u64at(p, 40), ucFlags: u64at(p, 48), epochs: u64at(p, 56), abort: u64at(p, 64),
 		rank: u32at(p, 72), nranks: u32at(p, 76), root: u32at(p, 80), pad: u32at(p, 84)}
@@ -357,6 +357,18 @@ func TestNVLSDispatch(t *testing.T) {
 					mcFlags: mc, ucFlags: uint64(uc), epochs: uint64(uc) + tEpochsOff, abort: tAbortDev,
 					rank: me, nranks: n,
 				}, p, "launch %d params", i)
+				// The call's first launch claims its Stamp and stores the
+				// start, its last the end (the recorder is off here: no slot).
+				flags := uint32(0)
+				if i == 0 {
+					flags |= nvlsStampClaim | nvlsStampStart
+				}
+				if i == len(tc.nvls)-1 {
+					flags |= nvlsStampEnd
+				}
+				assert.Equal(t, flags, u32at(l.params, 88+24), "launch %d stamp flags", i)
+				assert.Zero(t, u64at(l.params, 88), "launch %d stamp slot", i)
+				assert.Equal(t, u64at(be.prm[:], offSignals)+stampCountOff, u64at(l.params, 88+16), "launch %d stamp counter", i)
 			}
 		})
 	}
@@ -701,4 +713,30 @@ func TestNVLSCloseTearsDownTeamFirst(t *testing.T) {
 	}
 	// A second Close is a no-op.
 	r.close(t)
+}
+
+// With the recorder on, an NVLS call's launches carry its Stamp and
+// number: the first claims it and stores the start, the last the end.
+func TestNVLSStamps(t *testing.T) {
+	const slots = 16
+	setNVLSEnv(t, gateOpen)
+	r := newNVLSRig(t, 4, Config{Stamps: slots}, nil)
+	be, d := r.bes[2], r.drvs[2]
+	for _, c := range []struct {
+		count int // int64 elements
+		flags []uint32
+	}{{1 << 17, []uint32{7}}, {8 << 20, []uint32{3, 0, 4}}} {
+		d.launches = nil
+		a := collectives.Args{Coll: collectives.AllReduce, Send: rankAddr(sendBase, 2), Recv: rankAddr(recvBase, 2), Count: c.count,
+			Type: collectives.Int64, Op: collectives.Max, Stream: uintptr(userStream), Seq: 21}
+		require.NoError(t, be.Run(context.Background(), &a))
+		var flags []uint32
+		for i, l := range d.launches {
+			require.Equal(t, "goccl_nvls_allreduce_i64_max", l.name)
+			assert.Equal(t, uint64(be.stamps.dev)+21%slots*stampBytes, u64at(l.params, nvlsTailSlot), "launch %d", i)
+			assert.Equal(t, uint64(21), u64at(l.params, nvlsTailSeq), "launch %d", i)
+			flags = append(flags, u32at(l.params, nvlsTailFlags))
+		}
+		assert.Equal(t, c.flags, flags, "%d elements", c.count)
+	}
 }

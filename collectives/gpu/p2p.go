@@ -29,6 +29,8 @@ const (
 
 	offP2PNLanes   = paramSize     // 288
 	offP2PChannels = paramSize + 4 // 292
+	offP2PZCTable  = paramSize + 8 // 296: the zero-copy table (p2pzc.go)
+	offP2PStamp    = 216           // Params.reserved[4]: p2pStamp* flags
 	offP2PLanes    = paramSize + 16
 	offP2POps      = offP2PLanes + 8*p2pMaxLanes // 432
 	p2pParamSize   = offP2POps + 24*p2pMaxOps    // 3504
@@ -39,6 +41,13 @@ const (
 	laneSend = 0
 	laneRecv = 1
 	laneCopy = 2
+
+	// A group's launches time it in one Stamp: the first claims it (and
+	// stores the start when no collective of the group did), the last
+	// stores the end and the number.
+	p2pStampClaim = 1
+	p2pStampStart = 2
+	p2pStampEnd   = 4
 )
 
 // The p2p records lie between the copy-engine counters and the error claim.
@@ -119,11 +128,32 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	if err := be.joinStreams(main, true); err != nil {
 		return err
 	}
-	for L := 0; ; L++ {
-		lanes := st.fill(g.P2P, be.rank, be.nranks, L*p2pLaneOps)
-		if lanes == 0 {
-			break
+	// The launches' timestamps go to the slot of the group's last
+	// numbered call (a plain group of Sends and Recvs has none), after
+	// its collectives' kernels stored theirs: the group runs from its
+	// first collective's start to the last launch's end, as the recorder
+	// reads a group (its first call's start, its last's finish).
+	seq := g.Seq
+	if n := len(g.Colls); n > 0 {
+		seq = g.Colls[n-1].Seq
+	}
+	launches := st.launches()
+	binary.LittleEndian.PutUint64(st.prm[offStamp:], be.stamps.slot(seq))
+	binary.LittleEndian.PutUint64(st.prm[offSeq:], seq)
+	binary.LittleEndian.PutUint64(st.prm[offP2PZCTable:], uint64(be.zc.dev))
+	for L := 0; L < launches; L++ {
+		lanes := st.fill(be, g.P2P, L*p2pLaneOps)
+		flags := uint64(0)
+		if L == 0 {
+			flags |= p2pStampClaim
+			if len(g.Colls) == 0 {
+				flags |= p2pStampStart
+			}
 		}
+		if L == launches-1 {
+			flags |= p2pStampEnd
+		}
+		binary.LittleEndian.PutUint64(st.prm[offP2PStamp:], flags)
 		cfg := cuda.LaunchConfig{
 			Grid:         cuda.Dim3{X: uint32(lanes * st.channels), Y: 1, Z: 1},
 			Block:        cuda.Dim3{X: uint32(be.tune.threads), Y: 1, Z: 1},
@@ -227,6 +257,16 @@ func checkP2P(ops []collectives.P2P, rank, nranks int) error {
 	return nil
 }
 
+// launches is how many launches the sorted ops take: the longest lane's
+// share of p2pLaneOps each.
+func (st *p2pState) launches() int {
+	most := 0
+	for p := range maxRanks {
+		most = max(most, len(st.sends[p]), len(st.recvs[p]))
+	}
+	return (most + p2pLaneOps - 1) / p2pLaneOps
+}
+
 // sort files the (checked) ops by peer and direction.
 func (st *p2pState) sort(ops []collectives.P2P, nranks int) {
 	for p := range nranks {
@@ -243,8 +283,10 @@ func (st *p2pState) sort(ops []collectives.P2P, nranks int) {
 }
 
 // fill writes launch lo/p2pLaneOps's lanes (ops lo.. of each lane) into
-// prm and returns how many there are (0: nothing left).
-func (st *p2pState) fill(ops []collectives.P2P, rank, nranks, lo int) int {
+// prm and returns how many there are (0: nothing left). be.mu is held (a
+// Recv's zero-copy offer looks its buffer up in the registrations).
+func (st *p2pState) fill(be *Backend, ops []collectives.P2P, lo int) int {
+	rank, nranks := be.rank, be.nranks
 	q := st.prm
 	nl, n := 0, 0
 	lane := func(peer, kind, cnt int) {
@@ -274,7 +316,7 @@ func (st *p2pState) fill(ops []collectives.P2P, rank, nranks, lo int) int {
 				if kind == laneSend {
 					op(o.Buf, 0, o.Bytes())
 				} else {
-					op(0, o.Buf, o.Bytes())
+					op(uintptr(be.zcOffer(o.Buf, o.Bytes())), o.Buf, o.Bytes())
 				}
 			}
 		}

@@ -24,7 +24,7 @@ import (
 func TestP2PParamsMatchKernel(t *testing.T) {
 	src, err := os.ReadFile("../../kernels/p2p.cu")
 	require.NoError(t, err)
-	for field, want := range map[string]int{"nlanes": offP2PNLanes, "channels": offP2PChannels, "lanes": offP2PLanes, "ops": offP2POps} {
+	for field, want := range map[string]int{"nlanes": offP2PNLanes, "channels": offP2PChannels, "lanes": offP2PLanes, "ops": offP2POps, "zcTable": offP2PZCTable} {
 		m := regexp.MustCompile(`offsetof\(P2PParams, ` + field + `\) == (\d+),`).FindStringSubmatch(string(src))
 		require.NotNil(t, m, "p2p.cu asserts P2PParams.%s", field)
 		assert.Equal(t, strconv.Itoa(want), m[1], "P2PParams.%s", field)
@@ -36,6 +36,9 @@ func TestP2PParamsMatchKernel(t *testing.T) {
 		"int kP2PMaxOps": strconv.Itoa(p2pMaxOps), "int kP2PMaxLanes": strconv.Itoa(p2pMaxLanes),
 		"int kP2PMaxChannels": strconv.Itoa(p2pMaxChannels), "u64 kP2POffset": "40 << 10",
 		"u64 kP2PRecordBytes": strconv.Itoa(p2pRecordBytes),
+		"u32 kZcSlots":        strconv.Itoa(zcSlots), "int kZcOffBits": strconv.Itoa(zcOffBits),
+		"u64 kP2PStampClaim": strconv.Itoa(p2pStampClaim) + ", kP2PStampStart = " + strconv.Itoa(p2pStampStart) +
+			", kP2PStampEnd = " + strconv.Itoa(p2pStampEnd),
 	} {
 		m := regexp.MustCompile(`constexpr ` + name + ` = ([^;]+);`).FindStringSubmatch(string(src))
 		require.NotNil(t, m, name)

@@ -28,8 +28,11 @@ type registration struct {
 	owned  bool
 	// seq numbers the registrations in the order they were made, which
 	// is the same on every rank (Register and Alloc are collective), so
-	// that Close frees them in an order every rank shares.
+	// that Close frees them in an order every rank shares; it is also the
+	// registration's tag in the zero-copy table (p2pzc.go).
 	seq uint64
+	// zcSlot: r holds its entry of the zero-copy table.
+	zcSlot bool
 }
 
 // Register exposes [ptr, ptr+size) to peers (collective). Every rank must
@@ -134,6 +137,8 @@ func (be *Backend) track(r *registration) *registration {
 	be.regs = append(be.regs, nil)
 	copy(be.regs[i+1:], be.regs[i:])
 	be.regs[i] = r
+	// An entry that cannot be written leaves r to staging (zcPublish).
+	_ = be.zcPublish(r)
 	return r
 }
 
@@ -219,6 +224,12 @@ func (r *registration) free(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("gpu backend: synchronize before freeing a registration: %w", err))
 		}
 	}
+	// No Send of this rank goes into the peers' copies any more.
+	r.be.mu.Lock()
+	if err := r.be.zcRetract(r); err != nil {
+		errs = append(errs, err)
+	}
+	r.be.mu.Unlock()
 	if err := r.be.mapper.Free(ctx, r.region); err != nil {
 		errs = append(errs, fmt.Errorf("gpu backend: free registration: %w", err))
 	}

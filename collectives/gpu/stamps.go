@@ -1,11 +1,13 @@
 package gpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/cuda"
 )
 
@@ -15,10 +17,11 @@ import (
 // Params.reserved[0]; the kernel stores %globaltimer at its start and its
 // last block's end, then the call number, and the host reads them when a
 // record is read (CallTimes), with no synchronisation on either side.
-// Copy-engine calls (ce.go, cereduce.go), NVLS calls and point-to-point
-// operations store nothing: a copy engine has no clock to read, and a
-// stamp kernel around its copies would cost a launch per call. A captured
-// graph keeps the Stamp it was captured with: each replay overwrites it,
+// A group's point-to-point launches time the group in the slot of its last
+// numbered call (p2p.go). A copy engine has no clock to read: a call that
+// runs no kernel of its own may enqueue goccl_stamp (kernels/stamp.cu)
+// before and after its copies (stampOnStream), a launch of one thread
+// each. A captured graph keeps the Stamp it was captured with: each replay overwrites it,
 // so the record shows the last replay (the recorder counts the replays it
 // saw).
 
@@ -40,7 +43,21 @@ type stampTable struct {
 	host unsafe.Pointer
 	dev  cuda.DevicePtr
 	n    uint64
+	// seqs[i] is the call slot(seq) last handed Stamp i to (guarded by
+	// Backend.mu), which stampOnStream stores as the Stamp's number.
+	seqs []uint64
+	// fn is kernels/stamp.cu's goccl_stamp, 0 when the fatbin lacks it;
+	// prm its parameter buffer (StampArgs).
+	fn  cuda.Function
+	prm [stampArgsBytes]byte
 }
+
+// goccl_stamp's which (kStampStart, kStampEnd) and StampArgs.
+const (
+	stampStart     = 0
+	stampEnd       = 1
+	stampArgsBytes = 24
+)
 
 // setupStamps allocates n Stamps, zeroed (no call number is 0).
 func (be *Backend) setupStamps(n int) error {
@@ -60,7 +77,43 @@ func (be *Backend) setupStamps(n int) error {
 	}
 	t.mu.Lock()
 	t.host, t.dev, t.n = host, dev, uint64(n)
+	t.seqs = make([]uint64, n)
 	t.mu.Unlock()
+	return nil
+}
+
+// setupStampKernel looks goccl_stamp up; a fatbin built before it leaves
+// stampOnStream a no-op.
+func (be *Backend) setupStampKernel() {
+	fn, err := be.drv.ModuleGetFunction(be.ctx, be.module, "goccl_stamp")
+	if err != nil {
+		be.log.Debug("gpu backend: no timestamps around copy-engine calls: the kernels lack goccl_stamp", "rank", be.rank, "err", err)
+		return
+	}
+	be.stamps.fn = fn
+}
+
+// stampOnStream enqueues goccl_stamp on stream for the Stamp at slot (as
+// slot returned it): which stampStart claims it and stores the start,
+// stampEnd stores the end and then the number of the call slot handed it
+// to. For calls that run no kernel of their own (the copy engines'): one
+// launch of one thread each. A no-op returning nil for slot 0 or a fatbin
+// without goccl_stamp. be.mu is held.
+func (be *Backend) stampOnStream(stream cuda.Stream, slot uint64, which uint32) error {
+	t := &be.stamps
+	if slot == 0 || t.fn == 0 || t.n == 0 {
+		return nil
+	}
+	if slot < uint64(t.dev) || (slot-uint64(t.dev))/stampBytes >= t.n || (slot-uint64(t.dev))%stampBytes != 0 {
+		return fmt.Errorf("gpu backend: timestamp slot %#x outside the table: %w", slot, collectives.ErrInvalidArgument)
+	}
+	binary.LittleEndian.PutUint64(t.prm[0:], slot)
+	binary.LittleEndian.PutUint32(t.prm[8:], which)
+	binary.LittleEndian.PutUint64(t.prm[16:], t.seqs[(slot-uint64(t.dev))/stampBytes])
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: 1, Z: 1}, Block: cuda.Dim3{X: 32, Y: 1, Z: 1}, Stream: stream}
+	if err := be.drv.LaunchKernel(be.ctx, t.fn, cfg, t.prm[:]); err != nil {
+		return fmt.Errorf("gpu backend: launch timestamp: %w", err)
+	}
 	return nil
 }
 
@@ -71,6 +124,7 @@ func (t *stampTable) slot(seq uint64) uint64 {
 	if t.n == 0 || seq == 0 {
 		return 0
 	}
+	t.seqs[seq%t.n] = seq
 	return uint64(t.dev) + seq%t.n*stampBytes
 }
 
@@ -106,7 +160,7 @@ func (be *Backend) releaseStamps() error {
 		return nil
 	}
 	err := be.drv.MemFreeHost(be.ctx, t.host)
-	t.host, t.dev, t.n = nil, 0, 0
+	t.host, t.dev, t.n, t.seqs = nil, 0, 0, nil
 	if err != nil {
 		return fmt.Errorf("gpu backend: free timestamp table: %w", err)
 	}

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 	"unsafe"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
 )
 
 // stampAt is the Stamp at device address dev of the fake driver's
@@ -177,12 +180,77 @@ func TestStampsFusedAndAllToAll(t *testing.T) {
 	require.Equal(t, "goccl_alltoall_ll", d.launches[0].name)
 	assert.Equal(t, table+7*stampBytes, u64at(d.launches[0].params, offStamp))
 
-	// The point-to-point kernel's parameters are its own: no slot.
+	// The point-to-point kernel times its group in the group's slot
+	// (TestP2PStamps), in parameters of its own.
 	g := a2aGroup(3, 0x10000000, 0x20000000, 100, collectives.Float32, 0x55, 8)
 	g.Kind = collectives.PlainGroup
 	d.launches = nil
 	require.NoError(t, be.RunGroup(ctx, g))
 	require.NotEmpty(t, d.launches)
 	assert.Equal(t, "goccl_p2p", d.launches[0].name)
-	assert.Zero(t, u64at(d.launches[0].params, offStamp))
+	assert.Equal(t, table+8*stampBytes, u64at(d.launches[0].params, offStamp))
+}
+
+// stampOnStream launches goccl_stamp on the stream with the slot, which
+// and the number of the call the slot was handed to; nothing for slot 0 or
+// a fatbin without the kernel; a slot outside the table is refused.
+func TestStampOnStream(t *testing.T) {
+	const slots = 16
+	cases := []struct {
+		name    string
+		missing bool
+		slot    func(be *Backend) uint64
+		which   uint32
+		seq     uint64 // 0: no launch
+		err     error
+	}{
+		{"start", false, func(be *Backend) uint64 { return be.stamps.slot(21) }, stampStart, 21, nil},
+		{"end", false, func(be *Backend) uint64 { return be.stamps.slot(37) }, stampEnd, 37, nil},
+		{"slot 0", false, func(*Backend) uint64 { return 0 }, stampEnd, 0, nil},
+		{"old fatbin", true, func(be *Backend) uint64 { return be.stamps.slot(21) }, stampStart, 0, nil},
+		{"outside", false, func(be *Backend) uint64 { return uint64(be.stamps.dev) + slots*stampBytes }, stampEnd, 0, collectives.ErrInvalidArgument},
+		{"unaligned", false, func(be *Backend) uint64 { return uint64(be.stamps.dev) + 8 }, stampEnd, 0, collectives.ErrInvalidArgument},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bes, drvs, _ := newFakeBackendsWith(t, 1, Config{Stamps: slots}, func(_ int, d *fakeDriver) {
+				if c.missing {
+					d.missing = func(name string) bool { return name == "goccl_stamp" }
+				}
+			})
+			be, d := bes[0], drvs[0]
+			d.launches = nil
+			be.mu.Lock()
+			slot := c.slot(be)
+			err := be.stampOnStream(0x77, slot, c.which)
+			be.mu.Unlock()
+			if c.err != nil {
+				require.ErrorIs(t, err, c.err)
+				assert.Empty(t, d.launches)
+				return
+			}
+			require.NoError(t, err)
+			if c.seq == 0 {
+				assert.Empty(t, d.launches)
+				return
+			}
+			require.Len(t, d.launches, 1)
+			l := d.launches[0]
+			assert.Equal(t, "goccl_stamp", l.name)
+			assert.Equal(t, cuda.Stream(0x77), l.cfg.Stream)
+			assert.Equal(t, cuda.Dim3{X: 1, Y: 1, Z: 1}, l.cfg.Grid)
+			require.Len(t, l.params, 24)
+			assert.Equal(t, uint64(be.stamps.dev)+c.seq%slots*stampBytes, u64at(l.params, 0))
+			assert.Equal(t, c.which, u32at(l.params, 8))
+			assert.Equal(t, c.seq, u64at(l.params, 16))
+		})
+	}
+}
+
+// goccl_stamp's arguments are where stamp.cu asserts them.
+func TestStampArgsMatchKernel(t *testing.T) {
+	src, err := os.ReadFile("../../kernels/stamp.cu")
+	require.NoError(t, err)
+	assert.Contains(t, string(src), "sizeof(StampArgs) == "+strconv.Itoa(stampArgsBytes)+" && __builtin_offsetof(StampArgs, seq) == 16")
+	assert.Contains(t, string(src), "constexpr u32 kStampStart = "+strconv.Itoa(stampStart)+", kStampEnd = "+strconv.Itoa(stampEnd)+";")
 }

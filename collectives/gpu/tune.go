@@ -24,6 +24,8 @@ import (
 // peer, 0 for none)
 // (copy-engine reductions),
 // celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
+// p2pzc (a Recv into a registered buffer of at least this many bytes
+// takes zero copy, 0 for never),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
 // GPU has it).
@@ -84,6 +86,9 @@ type tuning struct {
 	// a2aLL: an AllToAll of up to this many bytes per peer takes the
 	// one-shot LL kernel (alltoall.go); 0 turns it off.
 	a2aLL int64
+	// p2pZC: a Recv of at least this many bytes into a registered buffer
+	// offers zero copy (p2pzc.go); 0 turns it off.
+	p2pZC int64
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -94,6 +99,9 @@ const (
 	defaultBlockBytes = 16 << 10
 	defaultLLBlock    = 2 << 10
 	defaultCEChunk    = 8 << 20
+	// Below 64 KiB a Send through staging costs about what zero copy does:
+	// the handshake, not the copy, bounds it.
+	defaultP2PZC = 64 << 10
 	// The copy-engine reductions' kernels: 64 blocks left the copies more
 	// room than 128 (direct mode at 256 MiB - 1 GiB: AllReduce +1-1.5
 	// GB/s, ReduceScatter +1.5 at 1 GiB; 32 about as 64).
@@ -149,6 +157,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		pdl:        true,
 		stash:      defaultStash,
 		a2aLL:      defaultA2ALL,
+		p2pZC:      defaultP2PZC,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
@@ -245,6 +254,8 @@ func (t *tuning) set(key, val string) error {
 		t.stash = v
 	case "ll.alltoall":
 		t.a2aLL = v
+	case "p2pzc":
+		t.p2pZC = v
 	default:
 		// Only the collectives that have the algorithm take its threshold.
 		kind, name, _ := strings.Cut(key, ".")
@@ -275,6 +286,8 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: celand %d: want a multiple of 16 up to 64M (0: off): %w", EnvTune, t.ceLand, collectives.ErrInvalidArgument)
 	case t.ceFloor[collectives.AllReduce] < 16 || t.ceFloor[collectives.ReduceScatter] < 16:
 		return fmt.Errorf("%s: cefloor: want at least 16 bytes: %w", EnvTune, collectives.ErrInvalidArgument)
+	case t.p2pZC < 0:
+		return fmt.Errorf("%s: p2pzc %d: want 0 (off) or more bytes: %w", EnvTune, t.p2pZC, collectives.ErrInvalidArgument)
 	case t.stash < 0:
 		return fmt.Errorf("%s: stash %d: want 0 (off) or more bytes: %w", EnvTune, t.stash, collectives.ErrInvalidArgument)
 	case t.slot < 16 || t.slot%16 != 0 || t.slot > 1<<20:

@@ -55,7 +55,9 @@
 //
 // -inject breaks one thing on purpose: nostamp gives rank 1's launch 1 no
 // timestamp slot (the check of the stored timestamps must notice), corrupt flips a bit of a result
-// (p2pcorrupt: of rank 1's first received buffer, p2p scenarios),
+// (p2pcorrupt: of rank 1's first received buffer, p2p scenarios), p2pzcnomap
+// gives rank 0 no zero-copy table (p2pzc: its Sends take staging where the
+// path check wants zero copy and the staging must stay untouched),
 // hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
 // reuse staging slots without waiting for the reader to free them (ce
 // scenarios; call 0 has a slow reader, so its results come out wrong),

@@ -18,7 +18,15 @@
 // and 4 ranks, self sends), p2pall (all pairs at once at 3, 4 and 8 ranks,
 // with repeats past one launch's share of a lane), p2pabort (a rank never
 // comes; the abort flag ends every wait), p2pmismatch (a pair's counts
-// disagree, also 0 against 1), callskip (ranks that meet in calls of
+// disagree, also 0 against 1), p2pzc (zero copy into registered
+// receive buffers: registered, unregistered and unmapped receivers mixed
+// in one launch, below and above the size where zero copy starts, one
+// lane alternating both paths over several launches, chunks over three
+// channels, a group run again with the same launch parameters and new
+// data as a graph replay runs, each receiver's path checked from its
+// record; and a group all zero copy that must leave every staging slot
+// as it was), p2pzcmismatch (a registered receiver whose count disagrees:
+// the error, no byte written), callskip (ranks that meet in calls of
 // different numbers, in every staged collective and LL: see below).
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +52,14 @@ struct Transfer {
   int src, dst, es;
   uint64_t scount, rcount;  // the sender's and the receiver's counts (differ: a mismatch)
   int misalign;             // elements past a 16-byte boundary (both buffers)
+  int reg = 0;              // the receive buffer: 0 not registered, 1 registered and mapped by the sender, 2 registered
+                            // but the sender's table holds another registration in that entry
 };
+
+// The registration every rank's whole data region is (same tag on every
+// rank, as registrations are numbered alike), and one that collides with
+// it in the table and that no sender maps.
+constexpr u32 kZcTag = 5, kZcStale = kZcTag + goccl::kZcSlots;
 
 struct Group {
   std::vector<Transfer> t;
@@ -58,6 +73,8 @@ struct Scenario {
   std::vector<Group> groups;
   int missing = -1;  // p2pabort: this rank never launches; it raises every abort flag instead
   uint64_t minData = 0;  // data region bytes at least (callskip)
+  uint64_t zcMin = 0;    // a registered Recv from this many bytes takes zero copy (0: never)
+  bool stagingUntouched = false;  // every transfer takes zero copy: no rank's staging may change
 };
 
 struct Rng {
@@ -161,6 +178,87 @@ std::vector<Scenario> scenarios(uint64_t seed) {
     s.groups.push_back(bad);
     v.push_back(s);
   }
+  {
+    // Zero copy at 3 ranks: every pair with random registrations, counts
+    // across zcMin, self sends; then the same transfers again (the same
+    // launch parameters: a graph replay); then chunks over the channels
+    // and one lane alternating both paths past a launch's share.
+    Scenario s = base("p2pzc", "p2pzc", 3, 4, 3, 16, 2048);
+    s.zcMin = 1024;
+    Group g{{}, rng.next()};
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 2; k++) {
+          const int es = 1 << rng.below(4);
+          const uint64_t c = rng.below(4) == 0 ? (uint64_t)rng.below(3) : 1 + (uint64_t)rng.below(5000);
+          Transfer t{a, b, es, c, c, rng.below(2)};
+          t.reg = rng.below(3);
+          g.t.push_back(t);
+        }
+    // The last op of every lane takes each path somewhere: a registered
+    // large one on 0->1, an unmapped one on 1->2, a small one on 2->0.
+    const int last[3][2] = {{1, 1}, {2, 2}, {0, 1}};
+    for (int a = 0; a < 3; a++) {
+      Transfer t{a, last[a][0], 4, a == 2 ? 100u : 3000u, a == 2 ? 100u : 3000u, 0};
+      t.reg = last[a][1];
+      g.t.push_back(t);
+    }
+    s.groups.push_back(g);
+    Group replay = g;
+    replay.seed = rng.next();
+    s.groups.push_back(replay);
+    Group big{{}, rng.next()};
+    Transfer t01{0, 1, 4, (1 << 18) + 3, (1 << 18) + 3, 1};
+    t01.reg = 1;
+    big.t.push_back(t01);
+    Transfer t10{1, 0, 1, (1 << 20) + 3, (1 << 20) + 3, 0};
+    t10.reg = 1;
+    big.t.push_back(t10);
+    for (int k = 0; k < goccl::kP2PLaneOps + 3; k++) {
+      Transfer t{2, 1, 2, (uint64_t)(600 + 97 * k), (uint64_t)(600 + 97 * k), k % 3 == 0};
+      t.reg = k % 2;
+      big.t.push_back(t);
+    }
+    s.groups.push_back(big);
+    v.push_back(s);
+  }
+  {
+    // Every transfer zero copy, both ways, chunks over two channels and
+    // ops past a launch's share: the data arrives and no staging slot is
+    // written.
+    Scenario s = base("p2pzconly", "p2pzc", 2, 2, 2, 16, 2048);
+    s.zcMin = 1;
+    s.stagingUntouched = true;
+    for (int round = 0; round < 2; round++) {
+      Group g{{}, rng.next()};
+      for (int k = 0; k < goccl::kP2PLaneOps + 2; k++)
+        for (int dir = 0; dir < 2; dir++) {
+          const uint64_t c = 1 + (uint64_t)rng.below(round == 0 ? 3000 : 20000);
+          Transfer t{dir, 1 - dir, 1 << rng.below(4), c, c, rng.below(2)};
+          t.reg = 1;
+          g.t.push_back(t);
+        }
+      s.groups.push_back(g);
+    }
+    v.push_back(s);
+  }
+  {
+    // A registered receiver whose count disagrees: both sides report it
+    // and no byte reaches the receive buffer.
+    Scenario s = base("p2pzcmismatch", "p2pzcmismatch", 2, 4, 2, 16, 1024);
+    s.zcMin = 1024;
+    Group ok{{}, rng.next()};
+    Transfer a{0, 1, 4, 3000, 3000, 0}, b{1, 0, 4, 3000, 3000, 0};
+    a.reg = b.reg = 1;
+    ok.t = {a, b};
+    s.groups.push_back(ok);
+    Group bad{{}, rng.next()};
+    Transfer m{0, 1, 4, 3000, 3001, 0};
+    m.reg = 1;
+    bad.t = {b, m};
+    s.groups.push_back(bad);
+    v.push_back(s);
+  }
   return v;
 }
 
@@ -177,6 +275,7 @@ struct Comm {
   char* ctl[goccl::kMaxRanks] = {};
   char* ws[goccl::kMaxRanks] = {};
   char* data[goccl::kMaxRanks] = {};
+  std::vector<goccl::ZcEntry> zc[goccl::kMaxRanks];  // each rank's zero-copy table
 };
 
 // Placement of one transfer's buffers in the sender's and receiver's regions.
@@ -235,8 +334,21 @@ bool comm_create(Comm& c, const Scenario& s) {
     mprotect(p, pg, PROT_NONE);
     p += pg;
   }
+  // Every rank maps every peer's data region under kZcTag (the entry
+  // that kZcStale would take too).
+  for (int r = 0; r < c.n; r++) {
+    c.zc[r].assign(goccl::kZcSlots, goccl::ZcEntry{});
+    goccl::ZcEntry& e = c.zc[r][kZcTag % goccl::kZcSlots];
+    e.tag = kZcTag;
+    for (int peer = 0; peer < c.n; peer++)
+      if (peer != r) e.base[peer] = (u64)c.data[peer];
+  }
   return true;
 }
+
+// zc_offered: whether the host lets a Recv of transfer t take (its
+// descriptor's tag), which the sender may still turn down.
+bool zc_offered(const Scenario& s, const Transfer& t) { return t.reg != 0 && s.zcMin != 0 && t.rcount * t.es >= s.zcMin; }
 
 // ---- one rank ------------------------------------------------------------------------
 
@@ -244,7 +356,7 @@ bool comm_create(Comm& c, const Scenario& s) {
 // send lanes by peer, recv lanes by peer, then the copy lane; a lane's
 // ops in transfer order, kP2PLaneOps of them per launch.
 std::vector<P2PParams> launches(const Scenario& s, const Group& g, const std::vector<Place>& pl, const Comm& c, int me,
-                                int* maxLanes) {
+                                int* maxLanes, const EmuOptions& o, goccl::Stamp* stamp, uint64_t seq) {
   struct Op {
     goccl::P2POp op;
     int lane;
@@ -259,7 +371,8 @@ std::vector<P2PParams> launches(const Scenario& s, const Group& g, const std::ve
     } else if (t.src == me) {
       lanes[t.dst].push_back({(u64)(d + pl[i].soff), 0, t.scount * t.es});
     } else if (t.dst == me) {
-      lanes[s.nranks + t.src].push_back({0, (u64)(d + pl[i].roff), t.rcount * t.es});
+      const u64 zc = zc_offered(s, t) ? (u64)(t.reg == 1 ? kZcTag : kZcStale) << goccl::kZcOffBits | pl[i].roff : 0;
+      lanes[s.nranks + t.src].push_back({zc, (u64)(d + pl[i].roff), t.rcount * t.es});
     }
   }
   std::vector<P2PParams> out;
@@ -293,7 +406,16 @@ std::vector<P2PParams> launches(const Scenario& s, const Group& g, const std::ve
     p.rank = me;
     p.nranks = s.nranks;
     q.channels = (u32)s.channels;
+    q.zcTable = o.inject == "p2pzcnomap" && me == 0 ? 0 : (u64)c.zc[me].data();
+    p.reserved[0] = (u64)stamp;
+    p.seq = seq;
     out.push_back(q);
+  }
+  // The group's launches time it together, as collectives/gpu/p2p.go
+  // asks: the first claims the Stamp and stores the start, the last the end.
+  if (!out.empty()) {
+    out.front().p.reserved[4] |= goccl::kP2PStampClaim | goccl::kP2PStampStart;
+    out.back().p.reserved[4] |= goccl::kP2PStampEnd;
   }
   return out;
 }
@@ -303,6 +425,8 @@ bool mismatched(const Transfer& t) { return t.scount != t.rcount && t.src != t.d
 
 int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
   int fails = 0;
+  goccl::Stamp* stampp = (goccl::Stamp*)emu_map_shared(emu_page_size());
+  if (stampp == nullptr) return kExitCrash;
   for (size_t gi = 0; gi < s.groups.size(); gi++) {
     const Group& g = s.groups[gi];
     std::vector<Place> pl;
@@ -327,7 +451,14 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
       return kExitOK;
     }
     int maxLanes = 0;
-    const std::vector<P2PParams> qs = launches(s, g, pl, c, me, &maxLanes);
+    // Shared with the block processes, as a host-mapped table is.
+    goccl::Stamp& stamp = *stampp;
+    memset(stampp, 0, sizeof *stampp);
+    const uint64_t seq = 1000 + gi;
+    const std::vector<P2PParams> qs = launches(s, g, pl, c, me, &maxLanes, o, stampp, seq);
+    char* staging = c.ws[me] + kSignalSize;
+    if (s.stagingUntouched) memset(staging, kCanary, c.llOffset);
+    const uint64_t t0 = goccl::globaltimer();
     for (size_t li = 0; li < qs.size(); li++) {
       char label[200];
       snprintf(label, sizeof label, "%s group %zu launch %zu rank %d (%d lanes, %d channels, %d threads)", s.name.c_str(), gi,
@@ -338,6 +469,27 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
         printf("EMU-FATAL %s: %s\n", label, rc == kExitTimeout ? "timed out" : rc == kExitMisaligned ? "misaligned access" : "crashed");
         return rc;
       }
+    }
+    const uint64_t t1 = goccl::globaltimer();
+    if (s.stagingUntouched)
+      for (uint64_t b = 0; b < c.llOffset; b++)
+        if ((uint8_t)staging[b] != kCanary) {
+          printf("FAIL %s group %zu rank %d: staging byte %llu written on a zero-copy group\n", s.name.c_str(), gi, me,
+                 (unsigned long long)b);
+          fails++;
+          break;
+        }
+    // The group's timestamps: its number, start and end within its
+    // launches' span, the blocks-done counter back at zero (a missing or
+    // aborted rank's launches may stop before their end).
+    const u32 left = *(volatile u32*)(c.ws[me] + goccl::kStampCountOffset);
+    if (s.missing < 0 && !bad &&
+        !(stamp.seq == seq && t0 <= stamp.start && stamp.start <= stamp.end && stamp.end <= t1 && left == 0)) {
+      printf("FAIL %s group %zu rank %d: timestamps: seq %llu (want %llu), start %+lld ns and end %+lld ns from the first "
+             "launch's start (span %llu ns), %u blocks left counted\n",
+             s.name.c_str(), gi, me, (unsigned long long)stamp.seq, (unsigned long long)seq, (long long)(stamp.start - t0),
+             (long long)(stamp.end - t0), (unsigned long long)(t1 - t0), left);
+      fails++;
     }
     if (o.inject == "p2pcorrupt" && gi == 0 && me == 1)  // one received byte: the check must notice
       for (size_t i = 0; i < g.t.size(); i++)
@@ -368,6 +520,24 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
       printf("FAIL %s group %zu rank %d: error record %#x, abort flag %u after a group whose counts agree\n", s.name.c_str(), gi,
              me, ew, abortv);
       fails++;
+    } else {
+      // The path of the last Recv from each peer, as channel 0's record
+      // shows it: szero equals the op's number exactly on zero copy.
+      for (int peer = 0; peer < s.nranks; peer++) {
+        const Transfer* lastT = nullptr;
+        for (const Transfer& t : g.t)
+          if (t.dst == me && t.src == peer && peer != me) lastT = &t;
+        if (!lastT) continue;
+        const char* rec = c.ws[me] + goccl::kP2POffset + (uint64_t)peer * goccl::kP2PMaxChannels * goccl::kP2PRecordBytes;
+        const bool got = *(const u32*)(rec + goccl::kRecSZero) == *(const u32*)(rec + goccl::kRecRecvOps);
+        const bool want = zc_offered(s, *lastT) && lastT->reg == 1;
+        if (got != want) {
+          printf("FAIL %s group %zu rank %d: last Recv from %d (%llu x %d bytes, registration %d) took %s, want %s\n",
+                 s.name.c_str(), gi, me, peer, (unsigned long long)lastT->rcount, lastT->es, lastT->reg,
+                 got ? "zero copy" : "staging", want ? "zero copy" : "staging");
+          fails++;
+        }
+      }
     }
     // Past a mismatch the kernels stopped where they were: other pairs'
     // data is not defined, only the bad pair's receive buffer is.
@@ -516,7 +686,9 @@ bool run_callskip(const EmuOptions& o) {
 
 }  // namespace
 
-std::vector<std::string> p2p_groups() { return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch", "callskip"}; }
+std::vector<std::string> p2p_groups() {
+  return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch", "p2pzc", "p2pzcmismatch", "callskip"};
+}
 
 bool p2p_run_group(const std::string& group, const EmuOptions& o) {
   if (group == "callskip") return run_callskip(o);

@@ -1,10 +1,13 @@
 // emu_selftest.cc: checks the emulator's own 16-bit float conversions
 // (prims_emu.h, the twins of the PTX cvt instructions) against the
 // reference's independent ones: every f16 and bf16 value widened, and f32
-// values rounded, including every halfway case near each 16-bit value.
+// values rounded, including every halfway case near each 16-bit value;
+// and stamp.cu's goccl_stamp (a launch of its own, compiled here).
 #include <stdio.h>
+#include <sys/mman.h>
 
 #include "emu.h"
+#include "stamp.cu"
 
 namespace {
 
@@ -47,6 +50,46 @@ void check_round8(uint32_t fbits) {
 }
 
 }  // namespace
+
+// stamp_selftest launches goccl_stamp as the copy-engine paths do: the
+// start claims the Stamp (number 0) and leaves the end alone, the end
+// stores the time and then the number, a slot of 0 stores nothing.
+static int stamp_selftest() {
+  int bad = 0;
+  goccl::Stamp* st = (goccl::Stamp*)emu_map_shared(emu_page_size());
+  if (st == nullptr) return 1;
+  auto launch = [&](goccl::StampArgs a, const char* label) {
+    if (emu_launch_body([a] { goccl_stamp(a); }, 2, 32, 10, label) != kExitOK) {
+      printf("FAIL selftest: %s: the launch failed\n", label);
+      bad++;
+    }
+  };
+  *st = goccl::Stamp{77, 2, 77, 0};
+  const uint64_t t0 = goccl::globaltimer();
+  launch({(uint64_t)st, goccl::kStampStart, 0, 5}, "stamp start");
+  const uint64_t t1 = goccl::globaltimer();
+  if (st->seq != 0 || st->start < t0 || st->start > t1 || st->end != 2) {
+    printf("FAIL selftest: stamp start: seq %llu start %+lld ns end %llu, want 0, within %llu ns, 2\n", (unsigned long long)st->seq,
+           (long long)(st->start - t0), (unsigned long long)st->end, (unsigned long long)(t1 - t0));
+    bad++;
+  }
+  const uint64_t start = st->start;
+  launch({(uint64_t)st, goccl::kStampEnd, 0, 5}, "stamp end");
+  const uint64_t t2 = goccl::globaltimer();
+  if (st->seq != 5 || st->start != start || st->end < t1 || st->end > t2) {
+    printf("FAIL selftest: stamp end: seq %llu, start moved by %lld ns, end %+lld ns, want 5, 0, within %llu ns\n",
+           (unsigned long long)st->seq, (long long)(st->start - start), (long long)(st->end - t1), (unsigned long long)(t2 - t1));
+    bad++;
+  }
+  const goccl::Stamp before = *st;
+  launch({0, goccl::kStampEnd, 0, 9}, "stamp nothing");
+  if (memcmp(&before, st, sizeof before) != 0) {
+    printf("FAIL selftest: a stamp of slot 0 changed a Stamp\n");
+    bad++;
+  }
+  munmap(st, emu_page_size());
+  return bad;
+}
 
 bool selftest() {
   fails = 0;
@@ -99,6 +142,8 @@ bool selftest() {
   for (uint64_t u = 0; u < (1ull << 32); u += 65537) check_round8((uint32_t)u);
   for (uint32_t u : {0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x43e00000u, 0x43e80000u, 0x47600000u, 0x47700000u, 0u, 0x80000000u})
     check_round8(u);
-  printf("%s selftest: 16- and 8-bit float conversions (%d wrong)\n", fails ? "FAIL" : "PASS", fails);
-  return fails == 0;
+  const int stampBad = stamp_selftest();
+  printf("%s selftest: 16- and 8-bit float conversions (%d wrong), goccl_stamp (%d wrong)\n", fails || stampBad ? "FAIL" : "PASS",
+         fails, stampBad);
+  return fails == 0 && stampBad == 0;
 }

@@ -1,0 +1,70 @@
+package gpu
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goccl/goccl/collectives"
+)
+
+// TestGPUStampKernel: goccl_stamp around work on a stream stores the
+// call's start and end, in order and inside CUDA events recorded around
+// them; a later call that claims the slot hides the earlier one's times
+// until its own end.
+func TestGPUStampKernel(t *testing.T) {
+	r := stampRig(t, 1, stampSlots, 64<<20)
+	be, s := r.bes[0], r.streams[0]
+	require.NotZero(t, be.stamps.fn, "the fatbin lacks goccl_stamp (kernels/stamp.cu)")
+	const seq = 37
+	e0 := r.event(t, 0)
+	be.mu.Lock()
+	slot := be.stamps.slot(seq)
+	require.NoError(t, be.stampOnStream(s, slot, stampStart))
+	require.NoError(t, r.drv.MemsetD8Async(be.ctx, r.recv[0], 1, 64<<20, s))
+	require.NoError(t, be.stampOnStream(s, slot, stampEnd))
+	be.mu.Unlock()
+	e1 := r.event(t, 0)
+	r.sync(t)
+	start, end, ok := be.CallTimes(seq)
+	require.True(t, ok, "the call's times are stored")
+	assert.Less(t, start, end, "64 MiB of memset lies between them")
+	assert.LessOrEqual(t, end-start, int64(elapsed(t, r.drv, e0, e1)+stampTol), "inside the events around them")
+
+	be.mu.Lock()
+	require.NoError(t, be.stampOnStream(s, be.stamps.slot(seq+stampSlots), stampStart))
+	be.mu.Unlock()
+	r.sync(t)
+	_, _, ok = be.CallTimes(seq)
+	assert.False(t, ok, "the slot holds a later call")
+	_, _, ok = be.CallTimes(seq + stampSlots)
+	assert.False(t, ok, "claimed, not ended")
+}
+
+// TestGPUP2PStamps: a numbered group of Sends and Recvs on ranks sharing
+// GPU 0, long enough to take two launches per rank, is timed from its
+// first launch's start to its last's end.
+func TestGPUP2PStamps(t *testing.T) {
+	const n, count = 2, 4096
+	r := stampRig(t, n, stampSlots, 2*p2pLaneOps*4*count)
+	const seq = 9
+	for rank, be := range r.bes {
+		st := uintptr(r.streams[rank])
+		g := &collectives.Group{Kind: collectives.GatherGroup, Seq: seq}
+		for k := range p2pLaneOps + 1 {
+			off := uintptr(k * 4 * count)
+			g.P2P = append(g.P2P,
+				collectives.P2P{Kind: collectives.SendOp, Peer: 1 - rank, Buf: uintptr(r.send[rank]) + off, Count: count, Type: collectives.Float32, Stream: st},
+				collectives.P2P{Kind: collectives.RecvOp, Peer: 1 - rank, Buf: uintptr(r.recv[rank]) + off, Count: count, Type: collectives.Float32, Stream: st})
+		}
+		require.NoError(t, be.RunGroup(context.Background(), g))
+	}
+	r.sync(t)
+	for rank, be := range r.bes {
+		start, end, ok := be.CallTimes(seq)
+		require.True(t, ok, "rank %d: the group's times are stored", rank)
+		assert.LessOrEqual(t, start, end, "rank %d", rank)
+	}
+}
