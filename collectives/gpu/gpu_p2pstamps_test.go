@@ -20,12 +20,17 @@ func TestGPUStampKernel(t *testing.T) {
 	require.NotZero(t, be.stamps.fn, "the fatbin lacks goccl_stamp (kernels/stamp.cu)")
 	const seq = 37
 	e0 := r.event(t, 0)
+	// The enqueues' errors are checked after be.mu is released: a failed
+	// require with the lock held would deadlock the rig's Close.
 	be.mu.Lock()
 	slot := be.stamps.slot(seq)
-	require.NoError(t, be.stampOnStream(s, slot, stampStart))
-	require.NoError(t, r.drv.MemsetD8Async(be.ctx, r.recv[0], 1, 64<<20, s))
-	require.NoError(t, be.stampOnStream(s, slot, stampEnd))
+	errStart := be.stampOnStream(s, slot, stampStart)
+	errSet := r.drv.MemsetD8Async(be.ctx, r.recv[0], 1, 64<<20, s)
+	errEnd := be.stampOnStream(s, slot, stampEnd)
 	be.mu.Unlock()
+	require.NoError(t, errStart, "goccl_stamp (start)")
+	require.NoError(t, errSet, "memset between the stamps")
+	require.NoError(t, errEnd, "goccl_stamp (end)")
 	e1 := r.event(t, 0)
 	r.sync(t)
 	start, end, ok := be.CallTimes(seq)
@@ -34,8 +39,9 @@ func TestGPUStampKernel(t *testing.T) {
 	assert.LessOrEqual(t, end-start, int64(elapsed(t, r.drv, e0, e1)+stampTol), "inside the events around them")
 
 	be.mu.Lock()
-	require.NoError(t, be.stampOnStream(s, be.stamps.slot(seq+stampSlots), stampStart))
+	err := be.stampOnStream(s, be.stamps.slot(seq+stampSlots), stampStart)
 	be.mu.Unlock()
+	require.NoError(t, err, "goccl_stamp (a later call's start)")
 	r.sync(t)
 	_, _, ok = be.CallTimes(seq)
 	assert.False(t, ok, "the slot holds a later call")

@@ -62,7 +62,7 @@ fi
 cp "$ROOT/kernels/manifest.json" "${OUT:-/tmp}/kernels/"
 export GOCCL_FATBIN=$FATBIN
 
-part "new kernels (gpu.test)" 120 "$B/gpu.test" -test.run 'TestGPU(PreMulSum|GroupFusion|AllToAllOneShot|Stamp|P2P)' -test.v
+part "new kernels (gpu.test)" 120 "$B/gpu.test" -test.run 'TestGPU(PreMulSum|GroupFusion|AllToAllOneShot|Stamp|P2P)' -test.v -test.timeout 110s
 part "point-to-point (p2p.sh)" 150 env GOCCL_P2P_ONLY='^p2pgpu, [234] procs$|conformance, [23] procs' bash "$HERE/p2p.sh"
 [ -n "${prebuild:-}" ] && wait "$prebuild"
 part "C API (capi.sh)" 150 env GOCCL_CAPI_SKIP_BUILD=1 GOCCL_CAPI_DEADLINE=130 \
