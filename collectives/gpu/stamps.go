@@ -47,9 +47,10 @@ type stampTable struct {
 	// Backend.mu), which stampOnStream stores as the Stamp's number.
 	seqs []uint64
 	// fn is kernels/stamp.cu's goccl_stamp, 0 when the fatbin lacks it;
-	// prm its parameter buffer (StampArgs).
+	// prm its parameter buffer (StampArgs), an allocation of its own: cgo
+	// refuses memory that also holds Go pointers (seqs).
 	fn  cuda.Function
-	prm [stampArgsBytes]byte
+	prm *[stampArgsBytes]byte
 }
 
 // goccl_stamp's which (kStampStart, kStampEnd) and StampArgs.
@@ -91,6 +92,7 @@ func (be *Backend) setupStampKernel() {
 		return
 	}
 	be.stamps.fn = fn
+	be.stamps.prm = new([stampArgsBytes]byte)
 }
 
 // stampOnStream enqueues goccl_stamp on stream for the Stamp at slot (as
