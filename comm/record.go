@@ -30,10 +30,12 @@ type recorderSettings struct {
 	dir         string // GOCCL_RECORDER_DIR; "" unset
 	signal      bool   // SIGUSR1 dumps: GOCCL_RECORDER_SIGNAL, default on where dir is set
 	metricsAddr string
+	sock, token string // the launcher's socket and the job's token (record_launcher.go)
 }
 
 func parseRecorderEnv(env map[string]string) (recorderSettings, error) {
-	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"]}
+	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"],
+		sock: env[EnvRecorderSock], token: env["GOCCL_JOB_TOKEN"]}
 	if v := env["GOCCL_RECORDER_SIZE"]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxRecorderSize {
@@ -114,6 +116,7 @@ func (c *Comm) registerRecorder() {
 		return
 	}
 	register(c)
+	connectLauncher(c)
 }
 
 // Record returns a copy of this rank's flight recorder: its last calls
@@ -214,8 +217,20 @@ func (c *Comm) recordAbort(cause error) {
 }
 
 // shareRecord sends this rank's last calls to every rank over the
-// bootstrap, with reason (bootrecord.go).
+// bootstrap (bootrecord.go) and to the launcher (record_launcher.go),
+// with reason.
 func (c *Comm) shareRecord(reason string, cause error) {
+	b := c.compactRecord(reason, cause)
+	if b == nil {
+		return
+	}
+	c.boot.shareRecord(b)
+	reportLauncher(b)
+}
+
+// compactRecord is this rank's last calls as the ranks exchange them
+// (JSON), with reason; nil when it cannot be encoded.
+func (c *Comm) compactRecord(reason string, cause error) []byte {
 	c.resolve()
 	rec := c.rec.SnapshotLast(recorderGather)
 	rec.Reason, rec.Written = reason, time.Now().UnixNano()
@@ -224,9 +239,9 @@ func (c *Comm) shareRecord(reason string, cause error) {
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return
+		return nil
 	}
-	c.boot.shareRecord(b)
+	return b
 }
 
 // explained is a failure with the recorder's line added; it unwraps to
@@ -252,7 +267,8 @@ func (c *Comm) explainFailure(ctx context.Context, orig, ret error) error {
 	case isCallMismatch(orig):
 		line = c.explainMismatch(ctx)
 		// For the launcher: the communicator lives on, so nothing else
-		// writes the record.
+		// sends or writes the record.
+		reportLauncher(c.compactRecord("error", orig))
 		if dir := c.obs.set.dir; dir != "" {
 			if _, err := c.writeRecord(dir, "error", orig); err != nil {
 				c.log.Warn("goccl: flight recorder", "rank", c.rank, "err", err)

@@ -51,7 +51,7 @@ func TestSummarize(t *testing.T) {
 	old := &recorder.Record{Version: 1, Meta: recorder.Meta{Comm: "old", Rank: 0, Size: 1}, Written: start.Add(-time.Hour).UnixNano()}
 	_, err := recorder.WriteFile(dir, old)
 	require.NoError(t, err)
-	assert.Empty(t, summarize(dir, start), "an earlier job's records are not this job's")
+	assert.Empty(t, summarize(nil, dir, start, 1, nil), "an earlier job's records are not this job's")
 	for r := 0; r < 2; r++ {
 		rec := &recorder.Record{Version: 1, Meta: recorder.Meta{Comm: "c", Rank: r, Size: 2}, Written: start.Add(2 * time.Second).UnixNano()}
 		rec.Calls = []recorder.Call{{Seq: 1, Call: "AllReduce", Type: "int32", Count: 4, Peer: -1, State: "finished"}}
@@ -61,6 +61,6 @@ func TestSummarize(t *testing.T) {
 		_, err := recorder.WriteFile(dir, rec)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, []string{"rank 1 has not entered AllReduce #2 (int32, 16 B); rank 0 waits in it since 2.0 s; rank 1's last call: AllReduce #1, finished"}, summarize(dir, start))
-	assert.Nil(t, summarize("", start))
+	assert.Equal(t, []string{"rank 1 has not entered AllReduce #2 (int32, 16 B); rank 0 waits in it since 2.0 s; rank 1's last call: AllReduce #1, finished"}, summarize(nil, dir, start, 2, nil))
+	assert.Nil(t, summarize(nil, "", start, 2, nil))
 }
