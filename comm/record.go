@@ -15,7 +15,6 @@ import (
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/recorder"
-	"github.com/goccl/goccl/topology"
 )
 
 // The glue between a communicator and its flight recorder (package
@@ -63,7 +62,7 @@ type observer struct {
 	set     recorderSettings
 	comm    string
 	teller  collectives.PathTeller // the backend, where it says how it carried a call
-	gpu     bool                   // the link ceiling is the node's GPUs'
+	gpu     bool                   // the link ceiling is that of the communicator's GPUs (linkceil.go)
 	link    sync.Once              // the ceiling is looked up on the first Stats
 	aborted atomic.Bool            // the abort's record was written
 	mu      sync.Mutex             // one file write at a time
@@ -135,40 +134,11 @@ func (c *Comm) Stats() []recorder.Stat {
 	}
 	c.obs.link.Do(func() {
 		if c.obs.gpu {
-			c.rec.SetLink(linkCeiling())
+			c.rec.SetLink(c.linkCeiling())
 		}
 	})
 	c.resolve()
 	return c.rec.Stats()
-}
-
-// linkCeiling is the nominal bandwidth per direction of the slowest link
-// between this node's GPUs, as goccl info reports it; 0 when unknown (one
-// GPU, a pair joined by PCIe only, no NVML). Tests replace it.
-var linkCeiling = func() float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f, err := topology.ProbeSystem(ctx)
-	if err != nil {
-		return 0
-	}
-	return slowestLink(f)
-}
-
-func slowestLink(f *topology.Facts) float64 {
-	ceil := 0.0
-	for a := range f.GPUs {
-		for b := a + 1; b < len(f.GPUs); b++ {
-			l, ok := f.Link(a, b)
-			if !ok || l.BandwidthGBs <= 0 {
-				return 0
-			}
-			if ceil == 0 || l.BandwidthGBs < ceil {
-				ceil = l.BandwidthGBs
-			}
-		}
-	}
-	return ceil
 }
 
 // recMeta is what the records say about this communicator.
