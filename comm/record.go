@@ -30,11 +30,12 @@ type recorderSettings struct {
 	signal      bool   // SIGUSR1 dumps: GOCCL_RECORDER_SIGNAL, default on where dir is set
 	metricsAddr string
 	sock, token string // the launcher's socket and the job's token (record_launcher.go)
+	jobRank     string // RANK, as the launcher gave it
 }
 
 func parseRecorderEnv(env map[string]string) (recorderSettings, error) {
 	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"],
-		sock: env[EnvRecorderSock], token: env["GOCCL_JOB_TOKEN"]}
+		sock: env[EnvRecorderSock], token: env["GOCCL_JOB_TOKEN"], jobRank: env["RANK"]}
 	if v := env["GOCCL_RECORDER_SIZE"]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxRecorderSize {

@@ -20,8 +20,10 @@ import (
 // a rank that is stopped or dead sends nothing, which the launcher tells
 // from the others' records.
 //
-// The wire: the rank's first frame is "goccl-rec1 TOKEN PID"; every frame
-// is a big-endian uint32 length and that many bytes.
+// The wire: the rank's first frame is "goccl-rec1 TOKEN PID RANK" (RANK
+// as the launcher gave it: a rank's program may run goccl in a child
+// process); every frame is a big-endian uint32 length and that many
+// bytes.
 
 // EnvRecorderSock names the launcher's socket ("@name": abstract).
 const EnvRecorderSock = "GOCCL_RECORDER_SOCK"
@@ -41,7 +43,7 @@ var toLauncher struct {
 
 // connectLauncher dials the launcher's socket once per process.
 func connectLauncher(c *Comm) {
-	addr, token := c.obs.set.sock, c.obs.set.token
+	addr, token, rank := c.obs.set.sock, c.obs.set.token, c.obs.set.jobRank
 	if addr == "" {
 		return
 	}
@@ -52,7 +54,10 @@ func connectLauncher(c *Comm) {
 			return
 		}
 		toLauncher.conn = conn
-		if !sendLauncher([]byte("goccl-rec1 " + token + " " + strconv.Itoa(os.Getpid()))) {
+		if rank == "" {
+			rank = "-"
+		}
+		if !sendLauncher([]byte("goccl-rec1 " + token + " " + strconv.Itoa(os.Getpid()) + " " + rank)) {
 			return
 		}
 		go answerLauncher(conn)

@@ -71,14 +71,14 @@ func catches(pid int, sig syscall.Signal) bool {
 // answers within a quarter of it is taken for one without files.
 func (j *jobRun) askDumps() {
 	t0 := time.Now()
-	var viaSock []int
+	var viaSock []int      // ranks
 	want := map[int]bool{} // pids asked for files
 	for _, p := range j.procs {
 		pid := p.cmd.Process.Pid
 		switch {
 		case j.res.Ranks[p.rank].Exited:
-		case j.sink != nil && j.sink.connected(pid):
-			viaSock = append(viaSock, pid)
+		case j.sink != nil && j.sink.connected(p.rank):
+			viaSock = append(viaSock, p.rank)
 		case j.recDir != "" && catches(pid, syscall.SIGUSR1) && syscall.Kill(pid, syscall.SIGUSR1) == nil:
 			want[pid] = true
 		}

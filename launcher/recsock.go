@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +20,8 @@ import (
 // abstract Unix socket named after the job's token (no file to clean up,
 // no path length to mind) and gives its name to every rank
 // (GOCCL_RECORDER_SOCK): a goccl rank connects when its first
-// communicator forms, proves it belongs to the job with the job's token,
+// communicator forms, proves it belongs to the job with the job's token
+// and says which rank it is (its RANK),
 // and sends its compact record when a communicator aborts, fails a call
 // for ranks in other calls, or closes, and whenever the launcher asks.
 // The launcher keeps each rank's newest record per communicator.
@@ -42,9 +44,16 @@ type recordSink struct {
 
 	mu      sync.Mutex
 	recs    map[string][]*recorder.Record // by communicator, by rank
-	conns   map[int]net.Conn              // by pid, once it said hello
+	conns   map[int]helloed               // by pid, once it said hello
 	all     []net.Conn                    // every accepted connection
 	replied chan int                      // the pid of each process that answered an ask
+}
+
+// helloed is a connection that said which process of which of the job's
+// ranks it is (a rank's program may run goccl in a child, as go run does).
+type helloed struct {
+	conn net.Conn
+	rank int // the RANK it was given, -1 unknown
 }
 
 // listenRecords opens the job's socket; nil (and no socket given to the
@@ -54,7 +63,7 @@ func listenRecords(token string) *recordSink {
 	if err != nil {
 		return nil
 	}
-	s := &recordSink{ln: ln, token: token, recs: map[string][]*recorder.Record{}, conns: map[int]net.Conn{}, replied: make(chan int, 64)}
+	s := &recordSink{ln: ln, token: token, recs: map[string][]*recorder.Record{}, conns: map[int]helloed{}, replied: make(chan int, MaxRanks)}
 	s.wg.Add(1)
 	go s.accept()
 	return s
@@ -106,16 +115,20 @@ func (s *recordSink) serve(conn net.Conn) {
 		return
 	}
 	f := strings.Fields(string(hello))
-	if len(f) != 3 || f[0] != "goccl-rec1" || subtle.ConstantTimeCompare([]byte(f[1]), []byte(s.token)) != 1 {
+	if len(f) != 4 || f[0] != "goccl-rec1" || subtle.ConstantTimeCompare([]byte(f[1]), []byte(s.token)) != 1 {
 		return
 	}
 	pid, err := strconv.Atoi(f[2])
 	if err != nil {
 		return
 	}
+	rank, err := strconv.Atoi(f[3])
+	if err != nil {
+		rank = -1
+	}
 	_ = conn.SetReadDeadline(time.Time{})
 	s.mu.Lock()
-	s.conns[pid] = conn
+	s.conns[pid] = helloed{conn: conn, rank: rank}
 	s.mu.Unlock()
 	for {
 		b, err := readFrame(r)
@@ -151,18 +164,17 @@ func (s *recordSink) keep(rec *recorder.Record) {
 	}
 }
 
-// ask asks the processes pids for their records and returns those that
-// did not answer within wait (those not connected among them).
-func (s *recordSink) ask(pids []int, wait time.Duration) map[int]bool {
+// ask asks the processes of ranks for their records and returns the
+// pids of those that did not answer within wait.
+func (s *recordSink) ask(ranks []int, wait time.Duration) map[int]bool {
 	want := map[int]bool{}
 	s.mu.Lock()
-	for _, pid := range pids {
-		conn := s.conns[pid]
-		if conn == nil {
+	for pid, h := range s.conns {
+		if !slices.Contains(ranks, h.rank) {
 			continue
 		}
-		_ = conn.SetWriteDeadline(time.Now().Add(wait))
-		if _, err := conn.Write([]byte{'D'}); err == nil {
+		_ = h.conn.SetWriteDeadline(time.Now().Add(wait))
+		if _, err := h.conn.Write([]byte{'D'}); err == nil {
 			want[pid] = true
 		}
 	}
@@ -180,11 +192,16 @@ func (s *recordSink) ask(pids []int, wait time.Duration) map[int]bool {
 	return want
 }
 
-// connected reports whether process pid has connected.
-func (s *recordSink) connected(pid int) bool {
+// connected reports whether a process of rank has connected.
+func (s *recordSink) connected(rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.conns[pid] != nil
+	for _, h := range s.conns {
+		if h.rank == rank {
+			return true
+		}
+	}
+	return false
 }
 
 // finish stops accepting and waits (at most d) for the ranks' last

@@ -21,13 +21,13 @@ type fakeRank struct {
 	lax  bool // write errors are expected (the launcher drops it)
 }
 
-func dialRecords(t *testing.T, s *recordSink, token string, pid int) *fakeRank {
+func dialRecords(t *testing.T, s *recordSink, token string, pid, rank int) *fakeRank {
 	t.Helper()
 	conn, err := net.Dial("unix", s.addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	f := &fakeRank{t: t, conn: conn}
-	f.frame([]byte("goccl-rec1 " + token + " " + strconv.Itoa(pid)))
+	f.frame([]byte("goccl-rec1 " + token + " " + strconv.Itoa(pid) + " " + strconv.Itoa(rank)))
 	return f
 }
 
@@ -65,11 +65,11 @@ func TestRecordSink(t *testing.T) {
 		return recorder.Call{Seq: seq, Call: "AllReduce", Type: "int32", Count: 4, Peer: -1, State: st}
 	}
 	// A process without the job's token is not heard.
-	bad := dialRecords(t, s, "0123456789abcdef0123456789abcdef", 99)
+	bad := dialRecords(t, s, "0123456789abcdef0123456789abcdef", 99, 1)
 	bad.lax = true
 	bad.send(1, 2, "abort", 5, ar(1, "started"))
 
-	r0 := dialRecords(t, s, tok, 100)
+	r0 := dialRecords(t, s, tok, 100, 0)
 	r0.send(0, 2, "abort", 10, ar(1, "failed"))
 	r0.send(0, 2, "dump", 5, ar(1, "finished")) // older: kept out
 	waitFor(t, "rank 0's record", func() bool { return s.records()["c"] != nil && s.records()["c"][0] != nil })
@@ -78,12 +78,13 @@ func TestRecordSink(t *testing.T) {
 	assert.Equal(t, "abort", got[0].Reason)
 	assert.Equal(t, "failed", got[0].Calls[0].State)
 	assert.Nil(t, got[1], "the stranger's record")
-	assert.False(t, s.connected(99))
+	assert.False(t, s.connected(1), "the stranger is not rank 1")
 
-	// Asked, a rank answers with its records and an empty frame; one
-	// that does not answer is reported, as is one not connected.
-	r1 := dialRecords(t, s, tok, 101)
-	waitFor(t, "rank 1's hello", func() bool { return s.connected(101) })
+	// Asked, a rank answers with its records and an empty frame (here
+	// from a child process of the rank's: another pid); one that does not
+	// answer is reported; a rank not connected is not waited for.
+	r1 := dialRecords(t, s, tok, 101, 1)
+	waitFor(t, "rank 1's hello", func() bool { return s.connected(1) })
 	go func() {
 		var b [1]byte
 		if _, err := r1.conn.Read(b[:]); err != nil || b[0] != 'D' {
@@ -92,8 +93,8 @@ func TestRecordSink(t *testing.T) {
 		r1.send(1, 2, "dump", 20, ar(1, "finished"))
 		r1.frame(nil)
 	}()
-	silent := s.ask([]int{100, 101, 102}, 500*time.Millisecond)
-	assert.Equal(t, map[int]bool{100: true}, silent, "rank 0 never answers; 102 never connected")
+	silent := s.ask([]int{0, 1, 2}, 500*time.Millisecond)
+	assert.Equal(t, map[int]bool{100: true}, silent, "rank 0 never answers; rank 2 never connected")
 	got = s.records()["c"]
 	require.NotNil(t, got[1])
 	assert.Equal(t, "dump", got[1].Reason)
