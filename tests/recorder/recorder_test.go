@@ -168,14 +168,25 @@ func summaryOf(t *testing.T, stderr string) string {
 
 // TestStragglerNamedOnJobTimeout: no rank fails (their own timeout is far
 // off) but the job's time runs out; goccl run asks the ranks for their
-// records before it stops them and names the straggler from them.
+// records before it stops them (over its socket; without files, from it
+// alone) and names the straggler from them.
 func TestStragglerNamedOnJobTimeout(t *testing.T) {
-	failed, stderr, code := runJob(t, "4s", "GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5")
-	assert.Equal(t, launcher.ExitTimeout, code)
-	assert.Empty(t, failed, "no rank's call failed")
-	summary := summaryOf(t, stderr)
-	assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
-	assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"files", nil},
+		{"without files", []string{"GOCCL_RECORDER_DIR=/dev/null/none"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failed, stderr, code := runJob(t, "4s", append([]string{"GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5"}, tc.env...)...)
+			assert.Equal(t, launcher.ExitTimeout, code)
+			assert.Empty(t, failed, "no rank's call failed")
+			summary := summaryOf(t, stderr)
+			assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
+			assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
+		})
+	}
 }
 
 // TestPathsAndMetrics: a healthy job's ranks report, from their records,
