@@ -183,8 +183,8 @@ func inCall(rec *recorder.Record) bool {
 }
 
 // fates says what the launcher saw become of the ranks that may have
-// sent no record: stopped by a signal (not running), or killed by one it
-// did not send.
+// sent no record: stopped by a signal (not running), killed by one it did
+// not send, or exited before it stopped the job.
 func (j *jobRun) fates() map[int]string {
 	out := map[int]string{}
 	for _, st := range j.res.Ranks {
@@ -194,6 +194,8 @@ func (j *jobRun) fates() map[int]string {
 			out[st.Rank] = "stopped by a signal, not running"
 		case st.Exited && st.Signal != 0 && !ours:
 			out[st.Rank] = fmt.Sprintf("killed by signal %d (%v)", int(st.Signal), st.Signal)
+		case st.Exited && st.Signal == 0 && !st.Stopped:
+			out[st.Rank] = fmt.Sprintf("exited with status %d", st.ExitCode)
 		}
 	}
 	return out
