@@ -17,14 +17,14 @@ import (
 )
 
 // The ranks' flight records over a socket. The launcher listens on an
-// abstract Unix socket named after the job's token (no file to clean up,
-// no path length to mind) and gives its name to every rank
-// (GOCCL_RECORDER_SOCK): a goccl rank connects when its first
-// communicator forms, proves it belongs to the job with the job's token
-// and says which rank it is (its RANK),
-// and sends its compact record when a communicator aborts, fails a call
-// for ranks in other calls, or closes, and whenever the launcher asks.
-// The launcher keeps each rank's newest record per communicator.
+// abstract Unix socket of a random name (no file to clean up, no path
+// length to mind; not the job's token, as every local user can list the
+// names) and gives the name to every rank (GOCCL_RECORDER_SOCK): a goccl
+// rank connects when its first communicator forms, proves it belongs to
+// the job with the job's token, says which rank it is (its RANK), and
+// sends its compact record when a communicator aborts, fails a call for
+// ranks in other calls, or closes, and whenever the launcher asks. The
+// launcher keeps each rank's newest record per communicator.
 
 // EnvRecorderSock names the launcher's socket for the ranks' records.
 const EnvRecorderSock = "GOCCL_RECORDER_SOCK"
@@ -59,7 +59,11 @@ type helloed struct {
 // listenRecords opens the job's socket; nil (and no socket given to the
 // ranks) where it cannot, when the summary comes from files alone.
 func listenRecords(token string) *recordSink {
-	ln, err := net.Listen("unix", "@goccl-run-"+token)
+	name, err := NewToken()
+	if err != nil {
+		return nil
+	}
+	ln, err := net.Listen("unix", "@goccl-run-"+name)
 	if err != nil {
 		return nil
 	}

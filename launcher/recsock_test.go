@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,4 +148,16 @@ func TestSummarizeSources(t *testing.T) {
 			assert.Equal(t, tc.want, summarize(tc.sent, tc.dir, start, tc.np, tc.gone))
 		})
 	}
+}
+
+// The socket's name, which every local user can list, does not give away
+// the job's token.
+func TestRecordSinkNameIsNotTheToken(t *testing.T) {
+	tok, err := NewToken()
+	require.NoError(t, err)
+	s := listenRecords(tok)
+	require.NotNil(t, s)
+	defer s.finish(0)
+	assert.True(t, strings.HasPrefix(s.addr(), "@goccl-run-"), s.addr())
+	assert.NotContains(t, s.addr(), tok)
 }
