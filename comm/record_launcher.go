@@ -11,7 +11,8 @@ import (
 
 // Flight records to the launcher. goccl run gives its ranks a Unix socket
 // (GOCCL_RECORDER_SOCK) and the job's token; a rank with a recorder
-// connects once per process, when its first communicator forms, and sends
+// connects once per process, when its first communicator forms (until its
+// last closes), and sends
 // over it the same compact record the bootstrap exchange carries when a
 // communicator aborts, when a call fails for ranks in other calls, and
 // when it closes; and, whenever the launcher asks (one byte, sent before
@@ -36,32 +37,49 @@ const askRecords = 'D'
 const launcherWriteWait = time.Second
 
 var toLauncher struct {
-	once sync.Once
-	mu   sync.Mutex // one frame at a time
-	conn net.Conn   // nil: none (not asked for, failed, or gone)
+	mu    sync.Mutex // one frame at a time; guards the fields
+	conn  net.Conn   // nil: none (not asked for, failed, or gone)
+	tried bool       // dialled since the process's last communicator closed
 }
 
-// connectLauncher dials the launcher's socket once per process.
+// connectLauncher dials the launcher's socket, once while the process
+// has communicators.
 func connectLauncher(c *Comm) {
 	addr, token, rank := c.obs.set.sock, c.obs.set.token, c.obs.set.jobRank
 	if addr == "" {
 		return
 	}
-	toLauncher.once.Do(func() {
-		conn, err := net.DialTimeout("unix", addr, launcherWriteWait)
-		if err != nil {
-			c.log.Debug("goccl: flight recorder: no launcher socket", "addr", addr, "err", err)
-			return
-		}
-		toLauncher.conn = conn
-		if rank == "" {
-			rank = "-"
-		}
-		if !sendLauncher([]byte("goccl-rec1 " + token + " " + strconv.Itoa(os.Getpid()) + " " + rank)) {
-			return
-		}
-		go answerLauncher(conn)
-	})
+	toLauncher.mu.Lock()
+	defer toLauncher.mu.Unlock()
+	if toLauncher.tried {
+		return
+	}
+	toLauncher.tried = true
+	conn, err := net.DialTimeout("unix", addr, launcherWriteWait)
+	if err != nil {
+		c.log.Debug("goccl: flight recorder: no launcher socket", "addr", addr, "err", err)
+		return
+	}
+	if rank == "" {
+		rank = "-"
+	}
+	toLauncher.conn = conn
+	if !writeLauncher([]byte("goccl-rec1 " + token + " " + strconv.Itoa(os.Getpid()) + " " + rank)) {
+		return
+	}
+	go answerLauncher(conn)
+}
+
+// disconnectLauncher closes the connection when the process's last
+// communicator has closed (its record sent): a process holds nothing of
+// goccl's once it has none. The next communicator dials again.
+func disconnectLauncher() {
+	toLauncher.mu.Lock()
+	defer toLauncher.mu.Unlock()
+	if toLauncher.conn != nil {
+		_ = toLauncher.conn.Close()
+	}
+	toLauncher.conn, toLauncher.tried = nil, false
 }
 
 // sendLauncher writes one frame to the launcher; false (and the
@@ -69,6 +87,11 @@ func connectLauncher(c *Comm) {
 func sendLauncher(b []byte) bool {
 	toLauncher.mu.Lock()
 	defer toLauncher.mu.Unlock()
+	return writeLauncher(b)
+}
+
+// writeLauncher is sendLauncher with toLauncher.mu held.
+func writeLauncher(b []byte) bool {
 	conn := toLauncher.conn
 	if conn == nil {
 		return false

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,16 +38,8 @@ func TestRecordsToLauncher(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	const tok = "00112233445566778899aabbccddeeff"
-	resetLauncher := func() {
-		toLauncher.mu.Lock()
-		if toLauncher.conn != nil {
-			_ = toLauncher.conn.Close()
-		}
-		toLauncher.conn, toLauncher.once = nil, sync.Once{}
-		toLauncher.mu.Unlock()
-	}
-	resetLauncher() // one connection a process: this test's own
-	t.Cleanup(resetLauncher)
+	disconnectLauncher() // one connection a process: this test's own
+	t.Cleanup(disconnectLauncher)
 	comms := hostCommsEnv(t, 2, map[string]string{EnvRecorderSock: addr, "GOCCL_JOB_TOKEN": tok, "RANK": "7"})
 	require.NoError(t, ln.(*net.UnixListener).SetDeadline(time.Now().Add(20*time.Second)))
 	conn, err := ln.Accept()
@@ -94,4 +85,7 @@ func TestRecordsToLauncher(t *testing.T) {
 		assert.Empty(t, rec.Error, "rank %d: closed, not aborted", rank)
 		assert.Len(t, rec.Calls, 2, "rank %d", rank)
 	}
+	// The last communicator closed: the process lets go of the socket.
+	_, err = r.ReadByte()
+	assert.ErrorIs(t, err, io.EOF)
 }
