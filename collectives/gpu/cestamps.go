@@ -19,13 +19,15 @@ import "github.com/goccl/goccl/internal/cuda"
 
 // Which of a call's times a stamp stores.
 const (
-	stampStart = 0 // Stamp.start
-	stampEnd   = 1 // Stamp.end, then the call number
+	ceStampStart = 0 // Stamp.start
+	ceStampEnd   = 1 // Stamp.end, then the call number
 )
 
 // ceStampLaunch enqueues on stream s a store of the device clock into the
-// Stamp at device address slot, as the call's start or end (which).
-var ceStampLaunch = func(be *Backend, s cuda.Stream, slot uint64, which int) error { return nil }
+// Stamp of call seq at device address slot: its start (ceStampStart), or
+// its end and then the call number (ceStampEnd), as CallTimes reads a
+// Stamp only once it holds its call's number.
+var ceStampLaunch = func(be *Backend, s cuda.Stream, seq, slot uint64, which int) error { return nil }
 
 // ceStamp stamps call seq's start or end on s where the recorder wants
 // it; be.mu is held (stampTable.slot).
@@ -34,7 +36,7 @@ func (be *Backend) ceStamp(s cuda.Stream, seq uint64, which int) {
 	if slot == 0 {
 		return
 	}
-	if err := ceStampLaunch(be, s, slot, which); err != nil {
+	if err := ceStampLaunch(be, s, seq, slot, which); err != nil {
 		be.log.Debug("gpu backend: copy-engine timestamp not enqueued", "rank", be.rank, "call", seq, "which", which, "err", err)
 	}
 }

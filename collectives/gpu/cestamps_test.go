@@ -13,19 +13,19 @@ import (
 )
 
 // hookStamps makes every copy-engine stamp an op "stamp" in its rank's
-// fake driver (dst: the slot, val: which), in order with the call's
-// other work, and counts the requests.
+// fake driver (dst: the slot, val: which, rec: the call number), in order
+// with the call's other work, and counts the requests.
 func hookStamps(t *testing.T) *int {
 	t.Helper()
 	calls := new(int)
 	old := ceStampLaunch
 	t.Cleanup(func() { ceStampLaunch = old })
-	ceStampLaunch = func(be *Backend, s cuda.Stream, slot uint64, which int) error {
+	ceStampLaunch = func(be *Backend, s cuda.Stream, seq, slot uint64, which int) error {
 		*calls++
 		d := be.drv.(*fakeDriver)
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		d.ops = append(d.ops, fakeOp{kind: "stamp", stream: s, dst: uintptr(slot), val: uint32(which)})
+		d.ops = append(d.ops, fakeOp{kind: "stamp", stream: s, dst: uintptr(slot), val: uint32(which), rec: seq})
 		return nil
 	}
 	return calls
@@ -78,8 +78,8 @@ func TestCEStamps(t *testing.T) {
 						slot := uintptr(bes[r].stamps.dev) + uintptr(seq%slots)*stampBytes
 						require.Len(t, stamps, 2, "rank %d call %d", r, seq)
 						require.Greater(t, len(ops), 2, "rank %d: the call's own work", r)
-						assert.Equal(t, fakeOp{kind: "stamp", stream: userStream, dst: slot, val: stampStart}, ops[0], "rank %d call %d: first", r, seq)
-						assert.Equal(t, fakeOp{kind: "stamp", stream: userStream, dst: slot, val: stampEnd}, ops[len(ops)-1], "rank %d call %d: last", r, seq)
+						assert.Equal(t, fakeOp{kind: "stamp", stream: userStream, dst: slot, val: ceStampStart, rec: seq}, ops[0], "rank %d call %d: first", r, seq)
+						assert.Equal(t, fakeOp{kind: "stamp", stream: userStream, dst: slot, val: ceStampEnd, rec: seq}, ops[len(ops)-1], "rank %d call %d: last", r, seq)
 					}
 				}
 				if rec == 0 {
