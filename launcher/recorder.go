@@ -104,8 +104,9 @@ func (j *jobRun) askDumps() {
 
 // summarize names, from the records sent (sent, by communicator) and
 // those in dir, what the ranks of a stopped job were doing, one line per
-// communicator that did not close cleanly on every rank. gone says what
-// became of ranks of the job (np of them) that may have sent nothing.
+// communicator that some rank is in a call of or gave no record of (every
+// communicator where there is none such). gone says what became of ranks
+// of the job (np of them) that may have sent nothing.
 func summarize(sent map[string][]*recorder.Record, dir string, since time.Time, np int, gone map[int]string) []string {
 	all := map[string][]*recorder.Record{}
 	for id, rs := range sent {
@@ -129,20 +130,29 @@ func summarize(sent map[string][]*recorder.Record, dir string, since time.Time, 
 			}
 		}
 	}
-	var ids []string
+	// A communicator every rank of which told it is in no call is not
+	// what the job waits for: told only when no other is.
+	var ids, healthy []string
 	for id, rs := range all {
-		n, closed := 0, 0
+		n, idle := 0, 0
 		for _, rec := range rs {
 			if rec != nil {
 				n++
-				if rec.Reason == "close" && !inCall(rec) {
-					closed++
+				if !inCall(rec) {
+					idle++
 				}
 			}
 		}
-		if n > 0 && closed < len(rs) {
+		switch {
+		case n == 0:
+		case idle == len(rs):
+			healthy = append(healthy, id)
+		default:
 			ids = append(ids, id)
 		}
+	}
+	if len(ids) == 0 {
+		ids = healthy
 	}
 	sort.Strings(ids)
 	var out []string

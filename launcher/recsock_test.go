@@ -122,9 +122,11 @@ func TestSummarizeSources(t *testing.T) {
 	}
 	sent := map[string][]*recorder.Record{
 		"w": {mk("w", 0, 3, ar(1, "finished"), ar(2, "started")), mk("w", 1, 3, ar(1, "finished")), nil},
-		// Closed cleanly on every rank: not the trouble, no line.
+		// In no call on every rank: not the trouble, no line.
 		"done": {{Version: 1, Meta: recorder.Meta{Comm: "done", Rank: 0, Size: 1}, Reason: "close", Written: at, Calls: []recorder.Call{ar(1, "finished")}}},
 	}
+	idle := map[string][]*recorder.Record{"done": sent["done"],
+		"idle": {mk("idle", 0, 2, ar(1, "finished")), mk("idle", 1, 2, ar(1, "finished"))}}
 	cases := []struct {
 		name string
 		sent map[string][]*recorder.Record
@@ -142,6 +144,9 @@ func TestSummarizeSources(t *testing.T) {
 		{"files alone", nil, dir, 3, nil, []string{
 			"ranks 1 and 2 wait in AllReduce #2 (int32, 16 B) since 2.0 s; rank 0 gave no record (stopped, hung or dead)"}},
 		{"nothing", nil, "", 3, nil, nil},
+		{"every communicator idle: all told", idle, "", 2, nil, []string{
+			"communicator done: no rank is in a call; rank 0: last call AllReduce #1, finished",
+			"communicator idle: no rank is in a call; ranks 0 and 1: last call AllReduce #1, finished"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
