@@ -10,16 +10,18 @@ import (
 )
 
 // Flight records to the launcher. goccl run gives its ranks a Unix socket
-// (GOCCL_RECORDER_SOCK) and the job's token; a rank with a recorder
-// connects once per process, when its first communicator forms (until its
-// last closes), and sends
-// over it the same compact record the bootstrap exchange carries when a
-// communicator aborts, when a call fails for ranks in other calls, and
-// when it closes; and, whenever the launcher asks (one byte, sent before
-// it stops a job), the records of every live communicator, then an empty
-// frame. So the launcher learns what each rank was doing without files;
-// a rank that is stopped or dead sends nothing, which the launcher tells
-// from the others' records.
+// (GOCCL_RECORDER_SOCK) and the job's token; a process with a recorder
+// connects once, when its first communicator forms (until its last
+// closes), and sends over it the same compact record the bootstrap
+// exchange carries when a communicator aborts (a peer's failure, its own
+// call's timeout), when a call fails for ranks in other calls, and when
+// it closes; and, whenever the launcher asks (one byte, sent before its
+// SIGTERM when it stops a job: a library does not take an application's
+// SIGTERM), the records of every live communicator, then an empty frame.
+// A goroutine of its own reads the asks, whatever the rank is doing. So
+// the launcher learns what each rank was doing without files; a rank
+// that is stopped or dead sends nothing, which the launcher tells from
+// the others' records.
 //
 // The wire: the rank's first frame is "goccl-rec1 TOKEN PID RANK" (RANK
 // as the launcher gave it: a rank's program may run goccl in a child
