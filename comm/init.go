@@ -328,7 +328,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if factory == nil {
 		factory = defaultBackend
 	}
-	rescue, err := openRescue(ctx, boot, set.hostID, set.ifIP)
+	rescue, err := openRescue(ctx, boot, set.hostID, device, set.ifIP)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/recorder"
-	"github.com/goccl/goccl/topology"
 )
 
 // The glue between a communicator and its flight recorder (package
@@ -30,10 +29,13 @@ type recorderSettings struct {
 	dir         string // GOCCL_RECORDER_DIR; "" unset
 	signal      bool   // SIGUSR1 dumps: GOCCL_RECORDER_SIGNAL, default on where dir is set
 	metricsAddr string
+	sock, token string // the launcher's socket and the job's token (record_launcher.go)
+	jobRank     string // RANK, as the launcher gave it
 }
 
 func parseRecorderEnv(env map[string]string) (recorderSettings, error) {
-	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"]}
+	s := recorderSettings{size: recorder.DefaultSize, dir: env["GOCCL_RECORDER_DIR"], metricsAddr: env["GOCCL_METRICS_ADDR"],
+		sock: env[EnvRecorderSock], token: env["GOCCL_JOB_TOKEN"], jobRank: env["RANK"]}
 	if v := env["GOCCL_RECORDER_SIZE"]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxRecorderSize {
@@ -61,7 +63,7 @@ type observer struct {
 	set     recorderSettings
 	comm    string
 	teller  collectives.PathTeller // the backend, where it says how it carried a call
-	gpu     bool                   // the link ceiling is the node's GPUs'
+	gpu     bool                   // the link ceiling is that of the communicator's GPUs (linkceil.go)
 	link    sync.Once              // the ceiling is looked up on the first Stats
 	aborted atomic.Bool            // the abort's record was written
 	mu      sync.Mutex             // one file write at a time
@@ -114,6 +116,7 @@ func (c *Comm) registerRecorder() {
 		return
 	}
 	register(c)
+	connectLauncher(c)
 }
 
 // Record returns a copy of this rank's flight recorder: its last calls
@@ -132,40 +135,11 @@ func (c *Comm) Stats() []recorder.Stat {
 	}
 	c.obs.link.Do(func() {
 		if c.obs.gpu {
-			c.rec.SetLink(linkCeiling())
+			c.rec.SetLink(c.linkCeiling())
 		}
 	})
 	c.resolve()
 	return c.rec.Stats()
-}
-
-// linkCeiling is the nominal bandwidth per direction of the slowest link
-// between this node's GPUs, as goccl info reports it; 0 when unknown (one
-// GPU, a pair joined by PCIe only, no NVML). Tests replace it.
-var linkCeiling = func() float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f, err := topology.ProbeSystem(ctx)
-	if err != nil {
-		return 0
-	}
-	return slowestLink(f)
-}
-
-func slowestLink(f *topology.Facts) float64 {
-	ceil := 0.0
-	for a := range f.GPUs {
-		for b := a + 1; b < len(f.GPUs); b++ {
-			l, ok := f.Link(a, b)
-			if !ok || l.BandwidthGBs <= 0 {
-				return 0
-			}
-			if ceil == 0 || l.BandwidthGBs < ceil {
-				ceil = l.BandwidthGBs
-			}
-		}
-	}
-	return ceil
 }
 
 // recMeta is what the records say about this communicator.
@@ -214,8 +188,20 @@ func (c *Comm) recordAbort(cause error) {
 }
 
 // shareRecord sends this rank's last calls to every rank over the
-// bootstrap, with reason (bootrecord.go).
+// bootstrap (bootrecord.go) and to the launcher (record_launcher.go),
+// with reason.
 func (c *Comm) shareRecord(reason string, cause error) {
+	b := c.compactRecord(reason, cause)
+	if b == nil {
+		return
+	}
+	c.boot.shareRecord(b)
+	reportLauncher(b)
+}
+
+// compactRecord is this rank's last calls as the ranks exchange them
+// (JSON), with reason; nil when it cannot be encoded.
+func (c *Comm) compactRecord(reason string, cause error) []byte {
 	c.resolve()
 	rec := c.rec.SnapshotLast(recorderGather)
 	rec.Reason, rec.Written = reason, time.Now().UnixNano()
@@ -224,9 +210,9 @@ func (c *Comm) shareRecord(reason string, cause error) {
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return
+		return nil
 	}
-	c.boot.shareRecord(b)
+	return b
 }
 
 // explained is a failure with the recorder's line added; it unwraps to
@@ -252,7 +238,8 @@ func (c *Comm) explainFailure(ctx context.Context, orig, ret error) error {
 	case isCallMismatch(orig):
 		line = c.explainMismatch(ctx)
 		// For the launcher: the communicator lives on, so nothing else
-		// writes the record.
+		// sends or writes the record.
+		reportLauncher(c.compactRecord("error", orig))
 		if dir := c.obs.set.dir; dir != "" {
 			if _, err := c.writeRecord(dir, "error", orig); err != nil {
 				c.log.Warn("goccl: flight recorder", "rank", c.rank, "err", err)

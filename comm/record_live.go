@@ -81,6 +81,7 @@ func unregister(c *Comm, last *recorder.Record) {
 	if len(live.comms) > 0 {
 		return
 	}
+	disconnectLauncher()
 	if live.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = live.srv.Shutdown(ctx)

@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/recorder"
-	"github.com/goccl/goccl/topology"
 )
 
 func hostCommsEnv(t *testing.T, n int, env map[string]string) []*Comm {
@@ -216,30 +215,6 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NotNil(t, fams["goccl_bytes_total"])
 	require.NotNil(t, fams["goccl_busbw_gbps"])
 	assert.Nil(t, fams["goccl_link_ceiling_gbps"], "the host backend knows no link ceiling")
-}
-
-// The link ceiling is the slowest NVLink between the node's GPUs, and
-// unknown where a pair has none.
-func TestSlowestLink(t *testing.T) {
-	nv := func(gbs float64) topology.Link {
-		return topology.Link{Kind: topology.LinkNVLink, NVLinks: 1, BandwidthGBs: gbs}
-	}
-	cases := []struct {
-		name  string
-		links [][]topology.Link
-		want  float64
-	}{
-		{"one GPU", [][]topology.Link{{{}}}, 0},
-		{"NV18 pair", [][]topology.Link{{{}, nv(450)}, {nv(450), {}}}, 450},
-		{"the slowest of three", [][]topology.Link{{{}, nv(450), nv(300)}, {nv(450), {}, nv(450)}, {nv(300), nv(450), {}}}, 300},
-		{"a pair over PCIe", [][]topology.Link{{{}, nv(450), {}}, {nv(450), {}, nv(450)}, {{}, nv(450), {}}}, 0},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := &topology.Facts{GPUs: make([]topology.GPU, len(tc.links)), Links: tc.links}
-			assert.Equal(t, tc.want, slowestLink(f))
-		})
-	}
 }
 
 // TestDumpOnSIGUSR1: the signal makes every rank write its record to

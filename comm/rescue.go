@@ -27,12 +27,13 @@ import (
 // (for the children's local ranks) and the interface Split's children
 // listen on.
 type rescuePoint struct {
-	ln    net.Listener // nil with one rank, or when listening failed (why)
-	why   string
-	ip    netip.Addr // GOCCL_SOCKET_IFNAME's interface, else that of this rank's bootstrap connections
-	addrs []string   // every rank's rescue address; "" when it has none
-	nodes []string   // every rank's node key
-	magic uint64     // opens rescue connections; derived from the job's magic
+	ln      net.Listener // nil with one rank, or when listening failed (why)
+	why     string
+	ip      netip.Addr // GOCCL_SOCKET_IFNAME's interface, else that of this rank's bootstrap connections
+	addrs   []string   // every rank's rescue address; "" when it has none
+	nodes   []string   // every rank's node key
+	devices []int      // every rank's CUDA ordinal, -1 none
+	magic   uint64     // opens rescue connections; derived from the job's magic
 
 	mu sync.Mutex // one Shrink at a time on a communicator
 
@@ -59,7 +60,7 @@ type pendingOpen struct {
 // no rescue point and a Shrink that needs it says why.
 // It listens on ifIP (GOCCL_SOCKET_IFNAME's choice) when valid, else on
 // the interface of the bootstrap's connections.
-func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, ifIP netip.Addr) (*rescuePoint, error) {
+func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, device int, ifIP netip.Addr) (*rescuePoint, error) {
 	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic)}
 	if ifIP.IsValid() {
 		rp.ip = ifIP
@@ -85,7 +86,7 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, ifIP netip.
 		key = "error"
 		rp.why = kerr.Error()
 	}
-	all, err := b.AllGather(ctx, encodeRescueInfo(key, addr))
+	all, err := b.AllGather(ctx, encodeRescueInfo(key, device, addr))
 	if kerr != nil {
 		return nil, fmt.Errorf("goccl: rank %d: %w", b.rank, kerr)
 	}
@@ -94,8 +95,9 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, ifIP netip.
 	}
 	rp.addrs = make([]string, len(all))
 	rp.nodes = make([]string, len(all))
+	rp.devices = make([]int, len(all))
 	for r, x := range all {
-		if rp.nodes[r], rp.addrs[r], err = decodeRescueInfo(x); err != nil {
+		if rp.nodes[r], rp.devices[r], rp.addrs[r], err = decodeRescueInfo(x); err != nil {
 			return nil, fmt.Errorf("goccl: rank %d: rank %d's rescue address: %w", b.rank, r, err)
 		}
 	}
@@ -193,23 +195,27 @@ func nodeLayout(nodes []string) string {
 	return fmt.Sprintf("%d (%s)", len(groups), strings.Join(parts, "; "))
 }
 
-// Rescue info: node length u8 | node | address.
-func encodeRescueInfo(node, addr string) []byte {
+// Rescue info: node length u8 | node | device+1 u16 | address. The
+// device (the rank's CUDA ordinal, -1 none) gives the link ceiling of the
+// communicator's GPUs (linkceil.go).
+func encodeRescueInfo(node string, device int, addr string) []byte {
 	out := append([]byte{byte(len(node))}, node...)
+	out = binary.BigEndian.AppendUint16(out, uint16(device+1))
 	return append(out, addr...)
 }
 
-func decodeRescueInfo(b []byte) (node, addr string, err error) {
-	if len(b) < 1 || int(b[0]) > len(b)-1 || len(b) > 1+255+64 {
-		return "", "", fmt.Errorf("%w: rescue info of %d bytes", errMalformed, len(b))
+func decodeRescueInfo(b []byte) (node string, device int, addr string, err error) {
+	if len(b) < 3 || int(b[0]) > len(b)-3 || len(b) > 1+255+2+64 {
+		return "", 0, "", fmt.Errorf("%w: rescue info of %d bytes", errMalformed, len(b))
 	}
-	node, addr = string(b[1:1+b[0]]), string(b[1+b[0]:])
+	n := int(b[0])
+	node, device, addr = string(b[1:1+n]), int(binary.BigEndian.Uint16(b[1+n:]))-1, string(b[3+n:])
 	if addr != "" {
 		if _, err := netip.ParseAddrPort(addr); err != nil {
-			return "", "", fmt.Errorf("%w: rescue address %q", errMalformed, printable([]byte(addr)))
+			return "", 0, "", fmt.Errorf("%w: rescue address %q", errMalformed, printable([]byte(addr)))
 		}
 	}
-	return node, addr, nil
+	return node, device, addr, nil
 }
 
 // localRanks numbers each rank of members (parent ranks, in the child's

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/goccl/goccl/recorder"
 )
 
 // drainWait bounds how long output is read after the last rank exited (a
@@ -159,6 +161,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	recDir, cleanRec := recorderDir(&c, res.Token)
 	defer cleanRec()
+	recs := listenRecords(res.Token)
+	if recs != nil {
+		defer recs.finish(0)
+		c.Env = append(append([]string(nil), c.Env...), EnvRecorderSock+"="+recs.addr())
+	}
 	out, errs := &sink{w: c.Stdout}, &sink{w: c.Stderr}
 	var o outputs
 	events := make(chan exitEvent, c.NP)
@@ -179,11 +186,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	c.Logger.Info("goccl run: job started", "np", c.NP, "program", path, "port", res.Port)
 
-	jr := jobRun{cfg: &c, procs: procs, res: &res, recDir: recDir}
+	jr := jobRun{cfg: &c, procs: procs, res: &res, recDir: recDir, sink: recs}
 	jr.loop(ctx, events)
 	o.drain(drainWait)
 	if res.FirstFailed >= 0 || res.TimedOut {
-		res.Summary = summarize(recDir, start)
+		var sent map[string][]*recorder.Record
+		if recs != nil {
+			recs.finish(drainWait)
+			sent = recs.records()
+		}
+		res.Summary = summarize(sent, recDir, start, c.NP, jr.fates())
 	}
 	return res, jr.result()
 }
@@ -268,7 +280,8 @@ type jobRun struct {
 	canceled  error
 	graceC    <-chan time.Time
 	graceTime *time.Timer
-	recDir    string // the ranks' flight records (recorder.go)
+	recDir    string      // the ranks' recorder directory (recorder.go)
+	sink      *recordSink // the ranks' records over the socket, nil none (recsock.go)
 }
 
 func (j *jobRun) loop(ctx context.Context, events <-chan exitEvent) {

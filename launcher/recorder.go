@@ -1,8 +1,10 @@
 package launcher
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -11,14 +13,18 @@ import (
 	"github.com/goccl/goccl/recorder"
 )
 
-// The ranks' flight recorders. The launcher gives every rank a recorder
-// directory (GOCCL_RECORDER_DIR; one of the job's in the temporary
-// directory, made by the first rank that writes there, unless the caller
-// set it): a rank writes its record there when its communicator aborts,
-// and on SIGUSR1. When the launcher stops a job it first asks the ranks
-// that catch SIGUSR1 (goccl's do, with a recorder directory) for their
-// records, then names from them the rank the job waited for
-// (Result.Summary).
+// The ranks' flight recorders. The ranks send their records to the
+// launcher over a socket (recsock.go). The launcher also gives every rank
+// a recorder directory (GOCCL_RECORDER_DIR; one of the job's in the
+// temporary directory, made by the first rank that writes there, unless
+// the caller set it), where a rank writes its record when its
+// communicator aborts or closes, and on SIGUSR1: the ranks' own fallback
+// where the bootstrap is gone, and the launcher's where a rank could not
+// reach its socket. When the launcher stops a job it first asks the ranks
+// for their records (over the socket; with SIGUSR1 those not connected
+// that catch it), then names from them, the socket's first and the
+// files' second, the rank the job waited for (Result.Summary); a rank
+// that sent none is told by what the launcher saw become of it.
 
 // EnvRecorderDir is where ranks write their flight records.
 const EnvRecorderDir = "GOCCL_RECORDER_DIR"
@@ -59,20 +65,26 @@ func catches(pid int, sig syscall.Signal) bool {
 	return false
 }
 
-// askDumps sends SIGUSR1 to every live rank that catches it and waits (at
-// most dumpWait) for their records; a job none of whose ranks answers
-// within a quarter of it is taken for one without records.
+// askDumps asks every live rank for its record and waits (at most
+// dumpWait) for them: over the socket those connected to it, with SIGUSR1
+// those that are not and catch it. A job none of whose ranks asked so
+// answers within a quarter of it is taken for one without files.
 func (j *jobRun) askDumps() {
-	if j.recDir == "" {
-		return
-	}
 	t0 := time.Now()
-	want := map[int]bool{} // pids asked
+	var viaSock []int      // ranks
+	want := map[int]bool{} // pids asked for files
 	for _, p := range j.procs {
 		pid := p.cmd.Process.Pid
-		if !j.res.Ranks[p.rank].Exited && catches(pid, syscall.SIGUSR1) && syscall.Kill(pid, syscall.SIGUSR1) == nil {
+		switch {
+		case j.res.Ranks[p.rank].Exited:
+		case j.sink != nil && j.sink.connected(p.rank):
+			viaSock = append(viaSock, p.rank)
+		case j.recDir != "" && catches(pid, syscall.SIGUSR1) && syscall.Kill(pid, syscall.SIGUSR1) == nil:
 			want[pid] = true
 		}
+	}
+	if len(viaSock) > 0 {
+		j.sink.ask(viaSock, dumpWait)
 	}
 	asked := len(want)
 	deadline := t0.Add(dumpWait)
@@ -90,15 +102,111 @@ func (j *jobRun) askDumps() {
 	}
 }
 
-// summarize names, from the records in dir, what the ranks of a stopped
-// job were doing.
-func summarize(dir string, since time.Time) []string {
-	if dir == "" {
-		return nil
+// summarize names, from the records sent (sent, by communicator) and
+// those in dir, what the ranks of a stopped job were doing, one line per
+// communicator that some rank is in a call of or gave no record of (every
+// communicator where there is none such). gone says what became of ranks
+// of the job (np of them) that may have sent nothing.
+func summarize(sent map[string][]*recorder.Record, dir string, since time.Time, np int, gone map[int]string) []string {
+	all := map[string][]*recorder.Record{}
+	for id, rs := range sent {
+		all[id] = append([]*recorder.Record(nil), rs...)
 	}
-	lines, err := recorder.Summaries(dir, since, time.Now())
-	if err != nil {
-		return nil
+	if dir != "" {
+		files, _ := recorder.ReadDir(dir)
+		for id, rs := range files {
+			have := all[id]
+			if have == nil || len(have) != len(rs) {
+				if have != nil {
+					continue // the socket's say what size the communicator is
+				}
+				have = make([]*recorder.Record, len(rs))
+				all[id] = have
+			}
+			for r, rec := range rs {
+				if have[r] == nil && rec != nil && rec.Written >= since.UnixNano() {
+					have[r] = rec
+				}
+			}
+		}
 	}
-	return lines
+	// A communicator every rank of which told it is in no call is not
+	// what the job waits for: told only when no other is.
+	var ids, healthy []string
+	for id, rs := range all {
+		n, idle := 0, 0
+		for _, rec := range rs {
+			if rec != nil {
+				n++
+				if !inCall(rec) {
+					idle++
+				}
+			}
+		}
+		switch {
+		case n == 0:
+		case idle == len(rs):
+			healthy = append(healthy, id)
+		default:
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		ids = healthy
+	}
+	sort.Strings(ids)
+	var out []string
+	for _, id := range ids {
+		rs := all[id]
+		at := int64(0)
+		for _, rec := range rs {
+			if rec != nil {
+				at = max(at, rec.Written)
+			}
+		}
+		when := time.Now()
+		if at > 0 {
+			when = time.Unix(0, at)
+		}
+		var g map[int]string
+		if len(rs) == np {
+			// The job's ranks are this communicator's (its world).
+			g = gone
+		}
+		line := recorder.ExplainGone(len(rs), rs, when, "stopped, hung or dead", g)
+		if len(ids) > 1 {
+			line = "communicator " + id + ": " + line
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// inCall reports whether rec's rank was in a call when it wrote rec.
+func inCall(rec *recorder.Record) bool {
+	for i := range rec.Calls {
+		if rec.Calls[i].StateOf().InProgress() {
+			return true
+		}
+	}
+	return false
+}
+
+// fates says what the launcher saw become of the ranks that may have
+// sent no record: stopped by a signal (not running), killed by one it did
+// not send, or exited before it stopped the job.
+func (j *jobRun) fates() map[int]string {
+	out := map[int]string{}
+	for _, st := range j.res.Ranks {
+		ours := st.Stopped && (st.Signal == syscall.SIGTERM || (st.Signal == syscall.SIGKILL && j.killed))
+		switch {
+		case st.Frozen:
+			out[st.Rank] = "stopped by a signal, not running"
+		case st.Exited && st.Signal != 0 && !ours:
+			out[st.Rank] = fmt.Sprintf("killed by signal %d (%v)", int(st.Signal), st.Signal)
+		case st.Exited && st.Signal == 0 && !st.Stopped:
+			out[st.Rank] = fmt.Sprintf("exited with status %d", st.ExitCode)
+		}
+	}
+	return out
 }

@@ -51,7 +51,7 @@ func TestSummarize(t *testing.T) {
 	old := &recorder.Record{Version: 1, Meta: recorder.Meta{Comm: "old", Rank: 0, Size: 1}, Written: start.Add(-time.Hour).UnixNano()}
 	_, err := recorder.WriteFile(dir, old)
 	require.NoError(t, err)
-	assert.Empty(t, summarize(dir, start), "an earlier job's records are not this job's")
+	assert.Empty(t, summarize(nil, dir, start, 1, nil), "an earlier job's records are not this job's")
 	for r := 0; r < 2; r++ {
 		rec := &recorder.Record{Version: 1, Meta: recorder.Meta{Comm: "c", Rank: r, Size: 2}, Written: start.Add(2 * time.Second).UnixNano()}
 		rec.Calls = []recorder.Call{{Seq: 1, Call: "AllReduce", Type: "int32", Count: 4, Peer: -1, State: "finished"}}
@@ -61,6 +61,38 @@ func TestSummarize(t *testing.T) {
 		_, err := recorder.WriteFile(dir, rec)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, []string{"rank 1 has not entered AllReduce #2 (int32, 16 B); rank 0 waits in it since 2.0 s; rank 1's last call: AllReduce #1, finished"}, summarize(dir, start))
-	assert.Nil(t, summarize("", start))
+	assert.Equal(t, []string{"rank 1 has not entered AllReduce #2 (int32, 16 B); rank 0 waits in it since 2.0 s; rank 1's last call: AllReduce #1, finished"}, summarize(nil, dir, start, 2, nil))
+	assert.Nil(t, summarize(nil, "", start, 2, nil))
+}
+
+// TestFates: what the summary says of a rank without a record is what
+// the launcher saw, not its own teardown of the job.
+func TestFates(t *testing.T) {
+	cases := []struct {
+		name   string
+		st     RankStatus
+		killed bool // the launcher's SIGKILL went out
+		want   string
+	}{
+		{"stopped, then killed after the grace", RankStatus{Exited: true, Frozen: true, Stopped: true, Signal: syscall.SIGKILL, ExitCode: -1}, true, "stopped by a signal, not running"},
+		{"stopped, still there", RankStatus{Frozen: true}, false, "stopped by a signal, not running"},
+		{"killed by another", RankStatus{Exited: true, Signal: syscall.SIGKILL, ExitCode: -1}, false, "killed by signal 9 (killed)"},
+		{"segfault", RankStatus{Exited: true, Signal: syscall.SIGSEGV, ExitCode: -1}, false, "killed by signal 11 (segmentation fault)"},
+		{"exited on its own", RankStatus{Exited: true, ExitCode: 3}, false, "exited with status 3"},
+		{"the launcher's SIGTERM", RankStatus{Exited: true, Stopped: true, Signal: syscall.SIGTERM, ExitCode: -1}, false, ""},
+		{"the launcher's SIGKILL", RankStatus{Exited: true, Stopped: true, Signal: syscall.SIGKILL, ExitCode: -1}, true, ""},
+		{"exited after the launcher's SIGTERM", RankStatus{Exited: true, Stopped: true, ExitCode: 1}, false, ""},
+		{"running", RankStatus{}, false, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.st
+			st.Rank = 2
+			j := jobRun{res: &Result{Ranks: []RankStatus{{Rank: 0}, {Rank: 1}, st}}, killed: tc.killed}
+			got, ok := j.fates()[2]
+			assert.Equal(t, tc.want != "", ok)
+			assert.Equal(t, tc.want, got)
+			assert.NotContains(t, j.fates(), 0, "a running rank has no fate")
+		})
+	}
 }

@@ -22,6 +22,16 @@ func Explain(nranks int, recs []*Record, now time.Time) string {
 
 // ExplainWhy is Explain with the reason given for ranks without a record.
 func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) string {
+	return ExplainGone(nranks, recs, now, noRecordWhy, nil)
+}
+
+// ExplainGone is ExplainWhy where what became of some ranks without a
+// record is known (gone[r], e.g. "stopped by a signal, not running", as a
+// launcher sees it). While no rank has finished the call the others are
+// in, such a rank is the one that never reached it:
+//
+//	rank 3 never reached AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since 3.1 s; rank 3 gave no record (stopped by a signal, not running)
+func ExplainGone(nranks int, recs []*Record, now time.Time, noRecordWhy string, gone map[int]string) string {
 	var target uint64
 	for _, r := range recs {
 		if r == nil {
@@ -42,6 +52,7 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 	}
 	var (
 		noRecord, notEntered, passed []int
+		lost                         []int                // no record, and gone as the caller knows
 		in                           = map[string][]int{} // call description -> ranks in it
 		since                        = map[string]int64{} // description -> earliest entry
 		last                         = map[int]Call{}
@@ -52,7 +63,11 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 			rec = recs[r]
 		}
 		if rec == nil {
-			noRecord = append(noRecord, r)
+			if _, ok := gone[r]; ok {
+				lost = append(lost, r)
+			} else {
+				noRecord = append(noRecord, r)
+			}
 			continue
 		}
 		c, ok := rec.Find(target)
@@ -103,11 +118,23 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 			strings.Join(ms, "; "), ranks(in[descs[0]]), verb(in[descs[0]], "is", "are"), descs[0], waitFor(descs[0])))
 	} else {
 		d := descs[0]
+		// A rank gone without a record while none has come out of the
+		// call is the one the others wait for.
+		neverReached := len(lost) > 0 && len(passed) == 0
 		switch {
-		case len(notEntered) > 0:
-			parts = append(parts, fmt.Sprintf("%s %s not entered %s", ranks(notEntered), verb(notEntered, "has", "have"), d),
-				fmt.Sprintf("%s %s in it%s", ranks(in[d]), verb(in[d], "waits", "wait"), waitFor(d)))
-		case len(noRecord) > 0:
+		case len(notEntered) > 0 || neverReached:
+			// The ranks gone first: those that have not entered for
+			// other reasons may yet be coming out of the call before.
+			it := d
+			if neverReached {
+				parts = append(parts, fmt.Sprintf("%s never reached %s", ranks(lost), d))
+				it = "it"
+			}
+			if len(notEntered) > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s not entered %s", ranks(notEntered), verb(notEntered, "has", "have"), it))
+			}
+			parts = append(parts, fmt.Sprintf("%s %s in it%s", ranks(in[d]), verb(in[d], "waits", "wait"), waitFor(d)))
+		case len(noRecord) > 0 || len(lost) > 0:
 			parts = append(parts, fmt.Sprintf("%s %s in %s%s", ranks(in[d]), verb(in[d], "waits", "wait"), d, waitFor(d)))
 		default:
 			parts = append(parts, fmt.Sprintf("every rank is in %s%s", d, waitFor(d)))
@@ -122,6 +149,7 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 	if len(noRecord) > 0 {
 		parts = append(parts, fmt.Sprintf("%s gave no record (%s)", ranks(noRecord), noRecordWhy))
 	}
+	parts = append(parts, goneParts(lost, gone)...)
 	for _, r := range notEntered {
 		if w, ok := recs[r].P2PWait(); ok {
 			parts = append(parts, fmt.Sprintf("rank %d waits in a %s%s", r, w.Describe(), sinceCall(&w, now)))
@@ -136,6 +164,25 @@ func ExplainWhy(nranks int, recs []*Record, now time.Time, noRecordWhy string) s
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// goneParts says, for the ranks lost, what became of them, ranks with the
+// same fate together.
+func goneParts(lost []int, gone map[int]string) []string {
+	var fates []string
+	by := map[string][]int{}
+	for _, r := range lost {
+		f := gone[r]
+		if by[f] == nil {
+			fates = append(fates, f)
+		}
+		by[f] = append(by[f], r)
+	}
+	out := make([]string, 0, len(fates))
+	for _, f := range fates {
+		out = append(out, fmt.Sprintf("%s gave no record (%s)", ranks(by[f]), f))
+	}
+	return out
 }
 
 // explainP2P is the line when no rank is in a numbered call but some wait

@@ -247,6 +247,7 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 		c.land, c.half = ce.landBytes, ce.lands%ce.halves
 		ce.lands++
 	}
+	be.ceStamp(c.s, a.Seq, ceStampStart) // cestamps.go
 	switch {
 	case pl != nil:
 		err = be.ceReduce(a, reg, pl, seq)
@@ -262,6 +263,7 @@ func (be *Backend) runCE(a *collectives.Args, reg *registration, bytes uint64, p
 		be.Abort(fmt.Errorf("gpu backend: copy-engine %s (call %d) not enqueued: %w", a.Coll, seq, err))
 		return be.abortErr()
 	}
+	be.ceStamp(c.s, a.Seq, ceStampEnd)
 	return nil
 }
 

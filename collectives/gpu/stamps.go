@@ -18,12 +18,12 @@ import (
 // last block's end, then the call number, and the host reads them when a
 // record is read (CallTimes), with no synchronisation on either side.
 // A group's point-to-point launches time the group in the slot of its last
-// numbered call (p2p.go). A copy engine has no clock to read: a call that
-// runs no kernel of its own may enqueue goccl_stamp (kernels/stamp.cu)
-// before and after its copies (stampOnStream), a launch of one thread
-// each. A captured graph keeps the Stamp it was captured with: each replay overwrites it,
-// so the record shows the last replay (the recorder counts the replays it
-// saw).
+// numbered call (p2p.go). A copy engine has no clock to read: a
+// copy-engine call enqueues goccl_stamp (kernels/stamp.cu) before and
+// after its copies (stampOnStream, cestamps.go), a launch of one thread
+// each. A captured graph keeps the Stamp it was captured with: each
+// replay overwrites it, so the record shows the last replay (the recorder
+// counts the replays it saw).
 
 const (
 	stampBytes    = 32       // sizeof(Stamp)

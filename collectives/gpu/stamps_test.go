@@ -93,8 +93,14 @@ func TestStampsOff(t *testing.T) {
 	assert.False(t, ok)
 }
 
+// TestStampsCopyEnginesStoreNothing: without goccl_stamp (a fatbin that
+// lacks it) a copy-engine call stores no timestamp and its copies are all
+// it enqueues; cestamps_test.go checks the stamps around them.
 func TestStampsCopyEnginesStoreNothing(t *testing.T) {
 	ceAt1MiB(t)
+	old := ceStampLaunch
+	t.Cleanup(func() { ceStampLaunch = old })
+	ceStampLaunch = func(*Backend, cuda.Stream, uint64, uint64, int) error { return nil }
 	bes, drvs, _ := newFakeBackends(t, 2, Config{Stamps: 16})
 	regs := make([]collectives.Registration, 2)
 	for r, err := range together(2, func(r int) error {

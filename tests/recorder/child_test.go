@@ -21,14 +21,15 @@ import (
 // childVar makes the test binary run one rank of a job instead of the
 // tests. The rank reads:
 //
-//	REC_FAULT    skip | other | stop | close: what REC_VICTIM does at call REC_AT;
+//	REC_FAULT    skip | other | stop | kill | close: what REC_VICTIM does at call REC_AT;
 //	             report: every rank prints its record's calls, statistics and
 //	             metrics endpoint's busbw and link lines at the end
 //	REC_VICTIM, REC_AT, REC_ITERS
 //
 // and makes REC_ITERS AllReduces of int32s (1024 of them), checking each
 // result. At call REC_AT the victim skips it and waits (skip), calls
-// AllGather instead (other), stops itself with SIGSTOP (stop), or closes
+// AllGather instead (other), stops itself with SIGSTOP (stop), kills
+// itself with SIGKILL (kill), or closes
 // its communicator and exits (close). It
 // prints "FAILED err=..." when a call fails, "OK" when all succeeded.
 const childVar = "REC_CHILD"
@@ -74,6 +75,10 @@ func rankMain() int {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				// The stop may take hold a moment later (it does under some
 				// sandboxes); it must find this rank outside the call.
+				select {}
+			case "kill":
+				fmt.Println("KILLING")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}
 			case "close":
 				err := c.Close()

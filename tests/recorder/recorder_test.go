@@ -37,6 +37,10 @@ func runJobOut(t *testing.T, jobTimeout string, env ...string) (failed map[int]s
 	// The job's recorder directory goes under this test's own temporary
 	// directory, out of the way of tests that watch the shared one.
 	t.Setenv("TMPDIR", t.TempDir())
+	if _, ok := os.LookupEnv("GOCCL_RECORDER_DIR"); ok {
+		t.Setenv("GOCCL_RECORDER_DIR", "")
+		os.Unsetenv("GOCCL_RECORDER_DIR")
+	}
 	for _, kv := range append([]string{childVar + "=rank", "GOCCL_TIMEOUT=3s"}, env...) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
@@ -67,70 +71,85 @@ func runJobOut(t *testing.T, jobTimeout string, env ...string) (failed map[int]s
 	return failed, lines, errb.String(), code
 }
 
+// stragglerCase is one fault of TestStragglerNamed.
+type stragglerCase struct {
+	name      string
+	fault     string
+	env       []string // added to the job's
+	survivors []int
+	want      []string // in every survivor's error (explained by its flight recorder) and in goccl run's summary
+	wantRank  []string // in every survivor's error only
+	wantRun   []string // in goccl run's summary only
+}
+
 // The victim (rank 3) misbehaves at call 5 of 10. Every survivor's error
-// and goccl run's summary name it and the call.
+// and goccl run's summary name it and the call. goccl run gets the
+// ranks' records over its socket, and from the recorder directory it
+// gives them: each fault runs twice, with that directory and with one no
+// file can be written to (where goccl run has the socket's alone).
 func TestStragglerNamed(t *testing.T) {
-	const victim, at = 3, 5
-	cases := []struct {
-		fault     string
-		env       []string
-		survivors []int
-		want      []string // in every survivor's error and in goccl run's summary
-		noSummary bool     // goccl run reads the files, which the job could not write
-	}{
-		{"skip", nil, []int{0, 1, 2}, []string{
+	cases := []stragglerCase{
+		{"skip", "skip", nil, []int{0, 1, 2}, []string{
 			"rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since",
 			"rank 3's last call: AllReduce #4, finished",
-		}, false},
-		{"other", nil, []int{0, 1, 2, 3}, []string{
+		}, nil, nil},
+		{"other", "other", nil, []int{0, 1, 2, 3}, []string{
 			"ranks are in different calls #5: rank 3 in AllGather #5 (int32, 4 KiB), while ranks 0-2 are in AllReduce #5 (int32, 4 KiB)",
-		}, false},
-		{"stop", nil, []int{0, 1, 2}, []string{
+		}, nil, nil},
+		// A stopped or killed rank sends nothing; goccl run names it from
+		// the others' records and what it saw become of the rank.
+		{"stop", "stop", nil, []int{0, 1, 2}, nil, []string{
 			"ranks 0-2 wait in AllReduce #5 (int32, 4 KiB) since",
-			"rank 3 gave no record (stopped, hung or dead)",
-		}, false},
-		// The records meet over the bootstrap where no file can be written.
-		{"skip", []string{"GOCCL_RECORDER_DIR=/dev/null/none"}, []int{0, 1, 2}, []string{
-			"rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since",
-			"rank 3's last call: AllReduce #4, finished",
-		}, true},
+			"rank 3 gave no record (",
+		}, []string{
+			"rank 3 never reached AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since",
+			"rank 3 gave no record (stopped by a signal, not running)",
+		}},
+		// A survivor may learn of the death before its record says it
+		// entered call 5 (its error then names the dead rank alone), and
+		// be named among those not in it too.
+		{"kill", "kill", nil, []int{0, 1, 2}, nil, []string{"rank 3"}, []string{
+			"rank 3 never reached AllReduce #5 (int32, 4 KiB); ",
+			"wait in it",
+			"rank 3 gave no record (killed by signal 9 (killed))",
+		}},
 		// A rank that closed its communicator and exited left its record.
 		// (A survivor that learns of the close before it enters call 5
 		// fails at its entry, and is named among those not in it too.)
-		{"close", nil, []int{0, 1, 2}, []string{
+		{"close", "close", nil, []int{0, 1, 2}, []string{
 			"not entered AllReduce #5 (int32, 4 KiB)",
 			"rank 3's last call: AllReduce #4, finished, then it closed its communicator",
-		}, false},
-		{"close", []string{"GOCCL_RECORDER_DIR=/dev/null/none"}, []int{0, 1, 2}, []string{
-			"not entered AllReduce #5 (int32, 4 KiB)",
-			"rank 3's last call: AllReduce #4, finished, then it closed its communicator",
-		}, true},
+		}, nil, nil},
 	}
-	for _, tc := range cases {
-		name := tc.fault
-		if tc.noSummary {
-			name += " without files"
+	for _, files := range []bool{true, false} {
+		for _, tc := range cases {
+			if !files {
+				tc.name += " without files"
+				tc.env = append(append([]string(nil), tc.env...), "GOCCL_RECORDER_DIR=/dev/null/none")
+			}
+			t.Run(tc.name, func(t *testing.T) { tc.run(t) })
 		}
-		t.Run(name, func(t *testing.T) {
-			env := append([]string{"REC_FAULT=" + tc.fault, fmt.Sprintf("REC_VICTIM=%d", victim), fmt.Sprintf("REC_AT=%d", at)}, tc.env...)
-			failed, stderr, code := runJob(t, "60s", env...)
-			assert.NotZero(t, code)
-			for _, r := range tc.survivors {
-				l, ok := failed[r]
-				require.True(t, ok, "rank %d printed no FAILED line", r)
-				for _, w := range tc.want {
-					assert.Contains(t, l, "flight recorder: ", "rank %d", r)
-					assert.Contains(t, l, w, "rank %d", r)
-				}
-			}
-			if tc.noSummary {
-				return
-			}
-			summary := summaryOf(t, stderr)
-			for _, w := range tc.want {
-				assert.Contains(t, summary, w)
-			}
-		})
+	}
+}
+
+func (tc *stragglerCase) run(t *testing.T) {
+	const victim, at = 3, 5
+	env := append([]string{"REC_FAULT=" + tc.fault, fmt.Sprintf("REC_VICTIM=%d", victim), fmt.Sprintf("REC_AT=%d", at)}, tc.env...)
+	failed, stderr, code := runJob(t, "60s", env...)
+	assert.NotZero(t, code)
+	for _, r := range tc.survivors {
+		l, ok := failed[r]
+		require.True(t, ok, "rank %d printed no FAILED line", r)
+		if len(tc.want) > 0 {
+			assert.Contains(t, l, "flight recorder: ", "rank %d", r)
+		}
+		for _, w := range append(append([]string(nil), tc.want...), tc.wantRank...) {
+			assert.Contains(t, l, w, "rank %d", r)
+		}
+	}
+	summary := summaryOf(t, stderr)
+	for _, w := range append(append([]string(nil), tc.want...), tc.wantRun...) {
+		assert.Contains(t, summary, w)
 	}
 }
 
@@ -149,14 +168,25 @@ func summaryOf(t *testing.T, stderr string) string {
 
 // TestStragglerNamedOnJobTimeout: no rank fails (their own timeout is far
 // off) but the job's time runs out; goccl run asks the ranks for their
-// records before it stops them and names the straggler from them.
+// records before it stops them (over its socket; without files, from it
+// alone) and names the straggler from them.
 func TestStragglerNamedOnJobTimeout(t *testing.T) {
-	failed, stderr, code := runJob(t, "4s", "GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5")
-	assert.Equal(t, launcher.ExitTimeout, code)
-	assert.Empty(t, failed, "no rank's call failed")
-	summary := summaryOf(t, stderr)
-	assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
-	assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"files", nil},
+		{"without files", []string{"GOCCL_RECORDER_DIR=/dev/null/none"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failed, stderr, code := runJob(t, "4s", append([]string{"GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5"}, tc.env...)...)
+			assert.Equal(t, launcher.ExitTimeout, code)
+			assert.Empty(t, failed, "no rank's call failed")
+			summary := summaryOf(t, stderr)
+			assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
+			assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
+		})
+	}
 }
 
 // TestPathsAndMetrics: a healthy job's ranks report, from their records,
