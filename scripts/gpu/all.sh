@@ -8,7 +8,8 @@
 # the kernels compile. Steps that would start past GOCCL_ALL_DEADLINE
 # seconds (default 570) are skipped and named in the summary.
 # GOCCL_ALL_STEPS=REGEX runs only the steps whose names match; without the
-# kernels step the committed fatbin is tested.
+# kernels step the committed fatbin is tested. GOCCL_ALL_P2P_ONLY picks
+# p2p.sh's steps.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=env.sh
@@ -62,8 +63,8 @@ fi
 cp "$ROOT/kernels/manifest.json" "${OUT:-/tmp}/kernels/"
 export GOCCL_FATBIN=$FATBIN
 
-part "new kernels (gpu.test)" 120 "$B/gpu.test" -test.run 'TestGPU(PreMulSum|GroupFusion|AllToAllOneShot|Stamp|P2P)' -test.v -test.timeout 110s
-part "point-to-point (p2p.sh)" 150 env GOCCL_P2P_ONLY='^p2pgpu, [234] procs$|conformance, [23] procs' bash "$HERE/p2p.sh"
+part "new kernels (gpu.test)" 120 "$B/gpu.test" -test.run 'TestGPU(PreMulSum|GroupFusion|AllToAllOneShot|Stamp|P2P|CopyEngine$|CopyEngineReductions|RegisteredReductions)' -test.v -test.timeout 110s
+part "point-to-point (p2p.sh)" 150 env GOCCL_P2P_ONLY="${GOCCL_ALL_P2P_ONLY:-^p2pgpu, [234] procs\$|conformance, [23] procs}" bash "$HERE/p2p.sh"
 [ -n "${prebuild:-}" ] && wait "$prebuild"
 part "C API (capi.sh)" 150 env GOCCL_CAPI_SKIP_BUILD=1 GOCCL_CAPI_DEADLINE=130 \
   GOCCL_CAPI_STEPS='1 proc \(|np 2, GPU|np 4, GPU 0|R 2|mulsum|f8e|SPLIT' bash "$HERE/capi.sh"
