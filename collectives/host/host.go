@@ -42,7 +42,7 @@ type backend struct {
 	sc   scratch
 	p2p  pairs // point-to-point channels (p2p.go); under mu
 
-	mu       sync.Mutex // one Run at a time; Close waits for it
+	mu       runLock    // one Run at a time; Close waits for it
 	amu      sync.Mutex // guards shared-memory writes of fail against Close
 	unmapped bool       // under amu
 	closed   atomic.Bool
