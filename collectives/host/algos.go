@@ -140,6 +140,9 @@ func (b *backend) area(p, m int) [][]byte {
 // With all false it is Reduce: only the root reduces.
 func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all bool) error {
 	total := a.Count * a.Type.Size()
+	if total <= boxData {
+		return b.allReduceBox(ctx, a, total, all)
+	}
 	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
 	red := reducer(a.Type, a.Op)
 	reduces := all || b.rank == a.Root
