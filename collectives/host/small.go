@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/fadd"
 )
 
 // Small calls. A call whose data fits in a box takes one step: each rank
@@ -12,8 +13,8 @@ import (
 // At 8-256 bytes a call's cost is mostly its way through the layers, so
 // the two-rank sums, the common case, skip the kernel table's closures
 // (a vector kernel's size check, the block loop, a call per block) for a
-// plain loop over the two boxes: the same additions in the same order,
-// so the same bits.
+// plain loop over the two boxes (for floats, SSE2's lanes): the same
+// additions in the same order, so the same bits.
 
 // twoSums are the two-source sums of the types whose Sum is the plain
 // element loop (sum2); nil elsewhere.
@@ -24,8 +25,20 @@ func init() {
 	twoSums[collectives.Uint32] = sumTwo[uint32]
 	twoSums[collectives.Int64] = sumTwo[int64]
 	twoSums[collectives.Uint64] = sumTwo[uint64]
-	twoSums[collectives.Float32] = sumTwo[float32]
-	twoSums[collectives.Float64] = sumTwo[float64]
+	twoSums[collectives.Float32] = sumTwoF32
+	twoSums[collectives.Float64] = sumTwoF64
+}
+
+// sumTwoF32 and sumTwoF64 are sumTwo of floats, several lanes at a time
+// (internal/fadd).
+func sumTwoF32(d, x, y []byte) { fadd.F32(floats[float32](d), floats[float32](x), floats[float32](y)) }
+
+func sumTwoF64(d, x, y []byte) { fadd.F64(floats[float64](d), floats[float64](x), floats[float64](y)) }
+
+// floats is as, for the float types, small enough to be inlined.
+func floats[T float32 | float64](b []byte) []T {
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(z)))
 }
 
 // sumTwo sets d = x + y elementwise (x, y at least d's length), as sum2.
