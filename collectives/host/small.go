@@ -63,7 +63,13 @@ func (b *backend) allReduceBox(ctx context.Context, a *collectives.Args, total i
 	p := b.parity()
 	area := b.box[p]
 	mine := area[b.rank][:total]
-	copyCached(mine, send)
+	// The lines after the counter's first, the counter's line (its data,
+	// then the descriptor and the counter) last: its stores then go out
+	// together, where a first store into it would take the line from the
+	// peer polling it, and the next ones take it again.
+	head := min(total, lineBytes-boxHead)
+	copy(mine[head:], send[head:])
+	copy(mine[:head], send[:head])
 	b.boxLines = boxLinesOf(total)
 	first := true
 	err := b.sync(ctx, a, &first)
