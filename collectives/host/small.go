@@ -14,7 +14,8 @@ import (
 // the two-rank sums, the common case, skip the kernel table's closures
 // (a vector kernel's size check, the block loop, a call per block) for a
 // plain loop over the two boxes (for floats, SSE2's lanes): the same
-// additions in the same order, so the same bits.
+// additions, so the same bits (but for which of two NaNs a sum gives,
+// which Go's loops leave to the compiler's operand order as well).
 
 // twoSums are the two-source sums of the types whose Sum is the plain
 // element loop (sum2); nil elsewhere.
