@@ -147,6 +147,12 @@ func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
 	if err := a.Validate(b.rank, b.n); err != nil {
 		return err
 	}
+	return b.RunChecked(ctx, a)
+}
+
+// RunChecked is Run for a caller that has run a.Validate with this rank
+// and size itself (the communicator, on every call).
+func (b *backend) RunChecked(ctx context.Context, a *collectives.Args) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
