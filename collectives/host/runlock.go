@@ -20,8 +20,14 @@ type runLock struct{ held atomic.Uint32 }
 // TryLock takes the lock if it is free.
 func (l *runLock) TryLock() bool { return l.held.CompareAndSwap(0, 1) }
 
-// Lock takes the lock, waiting for it.
+// Lock takes the lock, waiting for it; small enough to be inlined.
 func (l *runLock) Lock() {
+	if !l.TryLock() {
+		l.lockSlow()
+	}
+}
+
+func (l *runLock) lockSlow() {
 	for i := 0; !l.TryLock(); i++ {
 		if i < 64 {
 			runtime.Gosched()
