@@ -3,14 +3,17 @@ package comm
 import (
 	"runtime"
 	"time"
+
+	"github.com/goccl/goccl/internal/release"
 )
 
 // The call gate: one call of a communicator at a time, and the number of
 // its numbered calls told to the bootstrap, in one word
 // (tcpBootstrap.calls: the count shifted left by one, and bit 0 set while a
 // call holds the gate). Entering takes and numbers the call with one
-// compare-and-swap and leaving is one store, where a mutex and a separate
-// store of the count took three atomic read-modify-writes per call.
+// compare-and-swap and leaving is one release store (a plain store on
+// x86-64, see internal/release), where a mutex and a separate store of
+// the count took three atomic read-modify-writes per call.
 
 // enterCall waits for the gate, takes it, and numbers k calls (c.seq is
 // the last of them); the caller leaves with leaveCall.
@@ -32,7 +35,9 @@ func (c *Comm) enterCall(k uint64) {
 }
 
 // leaveCall lets the next call in.
-func (c *Comm) leaveCall() { c.boot.calls.Store(c.seq << 1) }
+// The call's writes are ordered before it; nothing after it needs to
+// wait for it, so a release store will do.
+func (c *Comm) leaveCall() { release.Uint64(&c.boot.calls, c.seq<<1) }
 
 // callCount is the number of numbered calls this rank has made, the one
 // under way included.

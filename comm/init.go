@@ -358,6 +358,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		backendName: name, backend: be, boot: boot, log: set.log, check: set.check,
 		set: set, rescue: rescue,
 	}
+	c.checked, _ = be.(checkedRunner)
 	c.startRecorder(set)
 	boot.setOnFailure(c.onPeerFailure)
 	boot.setOnPeerClosed(c.onPeerClosed)

@@ -5,7 +5,7 @@
 // Chrome trace events, a PNG timeline).
 //
 // Recording is on the hot path of every call, so on the host Begin and End
-// take no lock (one atomic store each, and a lock every 64 calls to count
+// take no lock (one release store each, and a lock every 64 calls to count
 // the statistics) and read a cycle counter; they do not allocate. The ring
 // is read only on demand (Snapshot), from any goroutine.
 package recorder

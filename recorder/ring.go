@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/release"
 )
 
 // DefaultSize is the number of calls a ring keeps unless told otherwise.
@@ -40,8 +41,9 @@ type Meta struct {
 // Complete from any. A nil *Ring records nothing (the recorder is off).
 //
 // On the host (a synchronous ring) the writer takes no lock: it writes a
-// call's entry in place and publishes it with one atomic store of pub
-// after Begin and one after End. Readers take mu, read pub, and read the
+// call's entry in place and publishes it with one release store of pub
+// after Begin and one after End (internal/release: a plain store on
+// x86-64, where sync/atomic's is a full barrier). Readers take mu, read pub, and read the
 // last Size calls up to the one it names, not the End's fields of a call
 // not yet over. The writer takes mu once every spare calls, to count the
 // finished calls into the statistics (count), and writes without it only
@@ -157,15 +159,20 @@ func (r *Ring) Begin(a *collectives.Args) uint64 {
 	}
 	t := r.clk.read()
 	e := r.open()
-	e.entryBegin = entryBegin{id: r.n, seq: a.Seq, count: int64(a.Count), stream: a.Stream, enq: t,
-		peer: -1, kind: Kind(a.Coll), dtype: int8(a.Type), op: int8(a.Op)}
-	e.bytes = e.count * int64(a.Type.Size())
+	// Cleared, then written field by field: a literal is built on the
+	// stack from byte-sized stores and copied with wide loads, which
+	// stall waiting for those stores.
+	e.entryBegin = entryBegin{}
+	bytes := int64(a.Count) * int64(a.Type.Size())
+	e.id, e.seq, e.count, e.stream, e.enq = r.n, a.Seq, int64(a.Count), a.Stream, t
+	e.peer, e.kind, e.dtype, e.op = -1, Kind(a.Coll), int8(a.Type), int8(a.Op)
 	switch a.Coll {
 	case collectives.AllGather, collectives.ReduceScatter:
-		e.bytes *= r.nranks
+		bytes *= r.nranks
 	case collectives.Broadcast, collectives.Reduce:
 		e.peer = int32(a.Root)
 	}
+	e.bytes = bytes
 	r.publishBegin(e, t)
 	return r.n
 }
@@ -197,7 +204,7 @@ func (r *Ring) publishBegin(e *entry, t int64) {
 		return
 	}
 	e.beg, e.entryEnd = t, entryEnd{state: Started}
-	r.pub.Store(r.n << 1)
+	release.Uint64(&r.pub, r.n<<1)
 }
 
 // count adds the synchronous ring's calls over since the last count to
@@ -338,7 +345,7 @@ func (r *Ring) EndPath(id uint64, err error, p collectives.Path) {
 		r.mu.Unlock()
 	}
 	r.ents[r.pos].entryEnd = entryEnd{fin: t, algo: r.lastCodes[0], transport: r.lastCodes[1], state: st}
-	r.pub.Store(id<<1 | 1)
+	release.Uint64(&r.pub, id<<1|1)
 }
 
 // setPath makes p the last path; mu is held.

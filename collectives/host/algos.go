@@ -35,7 +35,7 @@ func (b *backend) sync(ctx context.Context, a *collectives.Args, first *bool) er
 	mine := b.desc[p][b.rank]
 	for q := 0; q < b.n; q++ {
 		theirs := b.desc[p][q]
-		if q == b.rank || string(theirs) == string(mine) {
+		if q == b.rank || descEqual(theirs, mine) {
 			continue
 		}
 		if descSeq(theirs) != descSeq(mine) {
@@ -64,6 +64,14 @@ func encodeDesc(d []byte, a *collectives.Args) {
 }
 
 func descSeq(d []byte) uint64 { return binary.LittleEndian.Uint64(d[16:]) }
+
+// descEqual compares two descriptors as three words, inline, where a
+// string comparison calls the runtime's memequal.
+func descEqual(x, y []byte) bool {
+	le := binary.LittleEndian
+	x, y = x[:descBytes], y[:descBytes]
+	return le.Uint64(x) == le.Uint64(y) && le.Uint64(x[8:]) == le.Uint64(y[8:]) && le.Uint64(x[16:]) == le.Uint64(y[16:])
+}
 
 func describeDesc(d []byte) string {
 	le := binary.LittleEndian
@@ -132,6 +140,9 @@ func (b *backend) area(p, m int) [][]byte {
 // With all false it is Reduce: only the root reduces.
 func (b *backend) allReduceOneShot(ctx context.Context, a *collectives.Args, all bool) error {
 	total := a.Count * a.Type.Size()
+	if total <= boxData {
+		return b.allReduceBox(ctx, a, total, all)
+	}
 	send, recv := hostBytes(a.Send, total), hostBytes(a.Recv, total)
 	red := reducer(a.Type, a.Op)
 	reduces := all || b.rank == a.Root

@@ -42,7 +42,7 @@ type backend struct {
 	sc   scratch
 	p2p  pairs // point-to-point channels (p2p.go); under mu
 
-	mu       sync.Mutex // one Run at a time; Close waits for it
+	mu       runLock    // one Run at a time; Close waits for it
 	amu      sync.Mutex // guards shared-memory writes of fail against Close
 	unmapped bool       // under amu
 	closed   atomic.Bool
@@ -147,6 +147,12 @@ func (b *backend) Run(ctx context.Context, a *collectives.Args) error {
 	if err := a.Validate(b.rank, b.n); err != nil {
 		return err
 	}
+	return b.RunChecked(ctx, a)
+}
+
+// RunChecked is Run for a caller that has run a.Validate with this rank
+// and size itself (the communicator, on every call).
+func (b *backend) RunChecked(ctx context.Context, a *collectives.Args) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
