@@ -34,6 +34,12 @@ type Config struct {
 	// OneShotMax is the largest AllReduce/Reduce, in bytes, run one-shot
 	// when no algorithm is forced. Zero: 256 KiB.
 	OneShotMax int
+	// CMAMin is the smallest AllReduce, AllGather, Broadcast or
+	// ReduceScatter, in bytes of count × element size, that copies straight
+	// between the ranks' buffers through cross-memory attach (cma.go)
+	// rather than through staging. Zero: GOCCL_HOST_CMA_MIN, else 1 MiB;
+	// negative: never (as GOCCL_HOST_CMA=0).
+	CMAMin int
 	// Logger receives the backend's diagnostics; nil: slog.Default().
 	Logger *slog.Logger
 	// Nodes names every rank's node (any key, equal for ranks that share
