@@ -45,9 +45,10 @@ const (
 
 // cma is one rank's cross-memory attach state, nil when it is off.
 type cma struct {
-	min    int   // calls of at least this many bytes (count × element size) go single-copy
-	pids   []int // every rank's process
-	chunk  int   // bytes of each rank's bounce part
+	min    int    // calls of at least this many bytes (count × element size) go single-copy
+	pids   []int  // every rank's process
+	direct []bool // direct[q]: rank q shares this process; its buffers are read in place
+	chunk  int    // bytes of each rank's bounce part
 	bounce [][]byte
 	send   []uintptr // every rank's send address of the current call
 	recv   []uintptr
@@ -56,34 +57,45 @@ type cma struct {
 	riov   [1]unix.RemoteIovec
 }
 
-// cmaSettings reads GOCCL_HOST_CMA (0 turns it off) and
-// GOCCL_HOST_CMA_MIN, where cfg leaves them unset: the threshold, or -1
-// for off.
-func cmaSettings(cfg Config) (int, error) {
+// Modes of the single-copy path, as cmaSettings reads them.
+const (
+	cmaBad  = -2 // a setting this rank could not read
+	cmaOff  = -1 // never
+	cmaAuto = 0  // between ranks of one process only
+	cmaOn   = 1  // between processes too, through process_vm_readv
+)
+
+// cmaSettings reads the mode and the threshold: Config.CMAMin when set
+// (negative: off; positive: on, from that size), else GOCCL_HOST_CMA (1:
+// on) and GOCCL_HOST_CMA_MIN (a size such as 1M). GOCCL_HOST_CMA=0 turns
+// it off whatever the configuration says: it is the way out when the
+// path misbehaves.
+func cmaSettings(cfg Config) (mode, min int, err error) {
+	mode, min = cmaAuto, defaultCMAMin
 	if v := strings.TrimSpace(os.Getenv("GOCCL_HOST_CMA")); v != "" {
 		on, err := strconv.ParseBool(v)
 		if err != nil {
-			return 0, fmt.Errorf("%w: GOCCL_HOST_CMA=%q (want 0 or 1)", collectives.ErrInvalidArgument, v)
+			return cmaBad, 0, fmt.Errorf("%w: GOCCL_HOST_CMA=%q (want 0 or 1)", collectives.ErrInvalidArgument, v)
 		}
-		if !on {
-			return -1, nil
-		}
-	}
-	min := cfg.CMAMin
-	if min == 0 {
-		min = defaultCMAMin
-		if v := os.Getenv("GOCCL_HOST_CMA_MIN"); v != "" {
-			n, err := parseBytes(v)
-			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("%w: GOCCL_HOST_CMA_MIN=%q (want a positive size such as 1M)", collectives.ErrInvalidArgument, v)
-			}
-			min = n
+		mode = cmaOff
+		if on {
+			mode = cmaOn
 		}
 	}
-	if min < 0 {
-		return -1, nil
+	if v := os.Getenv("GOCCL_HOST_CMA_MIN"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n <= 0 {
+			return cmaBad, 0, fmt.Errorf("%w: GOCCL_HOST_CMA_MIN=%q (want a positive size such as 1M)", collectives.ErrInvalidArgument, v)
+		}
+		min = n
 	}
-	return min, nil
+	switch {
+	case mode == cmaOff || cfg.CMAMin < 0:
+		mode = cmaOff
+	case cfg.CMAMin > 0:
+		mode, min = cmaOn, cfg.CMAMin
+	}
+	return mode, min, nil
 }
 
 // parseBytes reads a byte count with an optional K, M or G suffix.
@@ -102,17 +114,19 @@ func parseBytes(s string) (int, error) {
 	return n * mul, nil
 }
 
-// cmaSetup decides, with every rank, whether calls of this job may use
-// cross-memory attach, and at which size. It is collective: two bootstrap
-// AllGathers, one of the settings and probe words, one of the probes'
-// outcomes. Ranks with different thresholds fail together; a rank with it
-// turned off turns it off for all.
+// cmaDirectOff makes ranks of one process read each other through the
+// system call too, as ranks of different processes do (tests).
+var cmaDirectOff bool
+
+// cmaSetup decides, with every rank, whether calls of this job may copy
+// straight between the ranks' buffers, and from which size. It is
+// collective: two bootstrap AllGathers, one of the settings and probe
+// words, one of the probes' outcomes. Ranks with different thresholds fail
+// together; a rank with it turned off turns it off for all, one that turns
+// it on (and every rank's probe succeeding) turns it on for all.
 func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, error) {
 	rank, n := b.Rank(), b.Size()
-	min, serr := cmaSettings(cfg)
-	if serr != nil {
-		min = -2
-	}
+	mode, min, serr := cmaSettings(cfg)
 	allowPeers()
 	// The probe word lives in a page of its own, outside Go's heap and
 	// stacks, so that it stays where the peers were told it is.
@@ -123,10 +137,12 @@ func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, err
 	defer func() { _ = unix.Munmap(page) }()
 	probe := as[uint64](page)
 	probe[0] = rand.Uint64() | 1
-	mine := binary.LittleEndian.AppendUint64(nil, uint64(int64(min)))
-	mine = binary.LittleEndian.AppendUint64(mine, uint64(os.Getpid()))
-	mine = binary.LittleEndian.AppendUint64(mine, uint64(uintptr(unsafe.Pointer(&probe[0]))))
-	mine = binary.LittleEndian.AppendUint64(mine, probe[0])
+	le := binary.LittleEndian
+	mine := le.AppendUint64(nil, uint64(int64(mode)))
+	mine = le.AppendUint64(mine, uint64(min))
+	mine = le.AppendUint64(mine, uint64(os.Getpid()))
+	mine = le.AppendUint64(mine, uint64(uintptr(unsafe.Pointer(&probe[0]))))
+	mine = le.AppendUint64(mine, probe[0])
 	all, err := b.AllGather(ctx, mine)
 	if serr != nil {
 		return nil, serr
@@ -134,38 +150,50 @@ func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, err
 	if err != nil {
 		return nil, fmt.Errorf("agree on cross-memory attach: %w", err)
 	}
-	c := &cma{min: min, pids: make([]int, n)}
-	why := ""
+	c := &cma{min: min, pids: make([]int, n), direct: make([]bool, n)}
+	// Every rank decides from the same answers, so all return here alike
+	// or all go on to the second AllGather.
+	why, agreed, oneProcess := "", cmaAuto, true
 	for q, got := range all {
-		if len(got) != 32 {
+		if len(got) != 40 {
 			return nil, fmt.Errorf("agree on cross-memory attach: rank %d sent %d bytes", q, len(got))
 		}
-		qmin := int(int64(binary.LittleEndian.Uint64(got)))
-		switch {
-		case qmin == -2:
+		switch int(int64(le.Uint64(got))) {
+		case cmaBad:
 			return nil, fmt.Errorf("%w: rank %d: bad GOCCL_HOST_CMA or GOCCL_HOST_CMA_MIN", collectives.ErrInvalidArgument, q)
-		case qmin == -1:
+		case cmaOff:
 			if why == "" {
 				why = fmt.Sprintf("turned off on rank %d (GOCCL_HOST_CMA=0 or a negative Config.CMAMin)", q)
 			}
-		case min >= 0 && qmin != min:
-			return nil, fmt.Errorf("%w: rank %d has a cross-memory attach threshold of %d bytes, rank %d of %d",
+		case cmaOn:
+			agreed = cmaOn
+		}
+		c.pids[q] = int(le.Uint64(got[16:]))
+		c.direct[q] = c.pids[q] == os.Getpid() && !cmaDirectOff
+		oneProcess = oneProcess && c.direct[q]
+	}
+	for q, got := range all {
+		if qmin := int(le.Uint64(got[8:])); why == "" && qmin != min {
+			return nil, fmt.Errorf("%w: rank %d has a single-copy threshold of %d bytes, rank %d of %d",
 				collectives.ErrInvalidArgument, q, qmin, rank, min)
 		}
-		c.pids[q] = int(binary.LittleEndian.Uint64(got[8:]))
+	}
+	if why == "" && agreed == cmaAuto && !oneProcess {
+		// process_vm_readv pins and copies the peer's pages one by one;
+		// with ordinary 4 KiB pages that has measured slower than two
+		// copies through staging that stays in the caches (docs/perf.md).
+		why = "ranks in several processes: process_vm_readv only when asked (GOCCL_HOST_CMA=1)"
 	}
 	// Probe every peer, even when some rank turned it off, so that both
 	// AllGathers happen on every rank.
 	outcome := []byte{0}
 	if why == "" {
+		// This rank's own word too: checkOwn reads through the call.
 		for q, got := range all {
-			if q == rank {
-				continue
-			}
 			var w uint64
-			at := uintptr(binary.LittleEndian.Uint64(got[16:]))
+			at := uintptr(le.Uint64(got[24:]))
 			err := c.read(c.pids[q], unsafe.Slice((*byte)(unsafe.Pointer(&w)), 8), at)
-			if err == nil && w != binary.LittleEndian.Uint64(got[24:]) {
+			if err == nil && w != le.Uint64(got[32:]) {
 				err = errors.New("read another value than the one published")
 			}
 			if err != nil {
@@ -185,7 +213,7 @@ func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, err
 		}
 	}
 	if why != "" {
-		cfg.Logger.Debug("goccl host backend: cross-memory attach off, large calls go through staging", "rank", rank, "why", why)
+		cfg.Logger.Debug("goccl host backend: single copy off, large calls go through staging", "rank", rank, "why", why)
 		return nil, nil
 	}
 	c.chunk = max(cmaBounce/n/lineBytes*lineBytes, 16<<10)
@@ -273,7 +301,12 @@ func (c *cma) describe() string {
 	if c == nil {
 		return "off (staging only)"
 	}
-	return fmt.Sprintf("single copy through process_vm_readv from %d B", c.min)
+	for _, d := range c.direct {
+		if !d {
+			return fmt.Sprintf("single copy from %d B (process_vm_readv between processes)", c.min)
+		}
+	}
+	return fmt.Sprintf("single copy from %d B (ranks share the process)", c.min)
 }
 
 // checkOwn makes sure this rank's n bytes at addr (its buffer what) are

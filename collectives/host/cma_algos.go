@@ -152,6 +152,8 @@ func (b *backend) cmaReduce(dst, own []byte, base []uintptr, off int, a *collect
 		for q := 0; q < b.n; q++ {
 			buf := c.bounce[q][:m]
 			switch {
+			case q != b.rank && c.direct[q]:
+				buf = hostBytes(base[q]+uintptr(off+x), m)
 			case q != b.rank:
 				if err := b.cmaRead(q, "send", buf, base[q]+uintptr(off+x)); err != nil {
 					return err
@@ -172,6 +174,10 @@ func (b *backend) cmaReduce(dst, own []byte, base []uintptr, off int, a *collect
 // cmaCopy copies rank q's bytes at address at into dst, in pieces between
 // which an abort is seen.
 func (b *backend) cmaCopy(ctx context.Context, q int, what string, dst []byte, at uintptr) error {
+	if b.cma.direct[q] {
+		copyOut(dst, hostBytes(at, len(dst)))
+		return nil
+	}
 	for x := 0; x < len(dst); x += cmaPiece {
 		if err := b.interrupted(ctx); err != nil {
 			return err
@@ -182,6 +188,16 @@ func (b *backend) cmaCopy(ctx context.Context, q int, what string, dst []byte, a
 		}
 	}
 	return nil
+}
+
+// copyOut copies a peer's bytes into this rank's buffer, around the
+// caches when it is large (the data is not read again here).
+func copyOut(dst, src []byte) {
+	if len(dst) >= ntMinBytes {
+		copyNT(dst, src)
+		return
+	}
+	copy(dst, src)
 }
 
 // cmaRead reads rank q's bytes at address at (of its buffer what) into

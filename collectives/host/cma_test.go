@@ -56,13 +56,20 @@ func wantsCMA(c call, min int) bool {
 // TestCMACollectives runs every collective, datatype and op, in and out
 // of place, at counts just under, at and over the threshold and over
 // several bounce chunks (with a tail), on 2 and 3 ranks in one process,
-// checking every element against the reference and that the calls took
+// reading each other in place or through the system call, checking every element against the reference and that the calls took
 // the path their size says.
 func TestCMACollectives(t *testing.T) {
 	requireCMA(t)
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+	for _, tc := range []struct {
+		n       int
+		syscall bool // ranks read each other through process_vm_readv
+	}{{2, false}, {3, false}, {2, true}, {3, true}} {
+		n := tc.n
+		t.Run(fmt.Sprintf("ranks=%d/syscall=%v", n, tc.syscall), func(t *testing.T) {
+			cmaDirectOff = tc.syscall
 			j := newJob(t, n, Config{CMAMin: cmaMin})
+			cmaDirectOff = false
+			require.Equal(t, !tc.syscall, j.bes[0].(*backend).cma.direct[1])
 			chunk := j.bes[0].(*backend).cma.chunk
 			for _, dt := range collectives.AllDataTypes() {
 				es := dt.Size()
@@ -93,7 +100,9 @@ func TestCMACollectives(t *testing.T) {
 func TestCMAMisaligned(t *testing.T) {
 	requireCMA(t)
 	const n = 2
+	cmaDirectOff = true // the system call's path; TestCMACollectives has both
 	j := newJob(t, n, Config{CMAMin: cmaMin})
+	cmaDirectOff = false
 	for _, tc := range []struct {
 		coll  collectives.Collective
 		dt    collectives.DataType
@@ -152,10 +161,11 @@ func TestCMAOff(t *testing.T) {
 	}{
 		{name: "on", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: cmaMin}}, want: "cma"},
 		{name: "env min", env: map[string]string{"GOCCL_HOST_CMA_MIN": "1M"}, cfgs: []Config{{}, {}}, want: "cma"},
+		{name: "env on", env: map[string]string{"GOCCL_HOST_CMA": "1", "GOCCL_HOST_CMA_MIN": "64K"}, cfgs: []Config{{}, {}}, want: "cma"},
 		{name: "env off", env: map[string]string{"GOCCL_HOST_CMA": "0"}, cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: cmaMin}}, want: "shm"},
 		{name: "config off", cfgs: []Config{{CMAMin: -1}, {CMAMin: -1}}, want: "shm"},
 		{name: "one rank off", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: -1}}, want: "shm"},
-		{name: "thresholds differ", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: 2 * cmaMin}}, wantErr: "cross-memory attach threshold of"},
+		{name: "thresholds differ", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: 2 * cmaMin}}, wantErr: "single-copy threshold of"},
 		{name: "bad env", env: map[string]string{"GOCCL_HOST_CMA": "maybe"}, cfgs: []Config{{}, {}}, wantErr: `GOCCL_HOST_CMA="maybe"`},
 		{name: "bad env min", env: map[string]string{"GOCCL_HOST_CMA_MIN": "lots"}, cfgs: []Config{{}, {}}, wantErr: `GOCCL_HOST_CMA_MIN="lots"`},
 	} {
@@ -297,6 +307,44 @@ func TestCMABadBuffers(t *testing.T) {
 		assert.Equal(t, 1, pe.Rank)
 		assert.Contains(t, err.Error(), "rank 1's send buffer")
 	})
+}
+
+// TestCMAAcrossProcesses runs single-copy calls between this process and
+// a child through process_vm_readv, against the reference (in place where
+// verifyPair makes them); without being asked, the two take staging.
+func TestCMAAcrossProcesses(t *testing.T) {
+	requireCMA(t)
+	b, wait := pairRank(t, "TestCMAAcrossProcesses")
+	defer wait()
+	ctx := context.Background()
+	be, err := New(ctx, b, Config{CMAMin: cmaMin, Timeout: 30 * time.Second})
+	require.NoError(t, err)
+	defer be.Close()
+	require.False(t, be.(*backend).cma.direct[1-b.Rank()])
+	i := 0
+	for _, dt := range []collectives.DataType{collectives.Float32, collectives.BFloat16, collectives.Int8, collectives.Float64, collectives.Float8E4M3} {
+		for _, count := range []int{cmaMin/dt.Size() - 1, 300007} {
+			for _, c := range calls(2, count, []collectives.DataType{dt}, []collectives.Op{collectives.Sum, collectives.Max, collectives.Avg}) {
+				if c.inPlace && c.coll != collectives.ReduceScatter {
+					continue // verifyPair makes only ReduceScatter's in-place calls
+				}
+				i++
+				require.NoError(t, verifyPair(ctx, be, b.Rank(), c, uint64(i)), "%v", c)
+				want := "shm"
+				if wantsCMA(c, cmaMin) {
+					want = "cma"
+				}
+				require.Equal(t, want, be.(collectives.PathTeller).LastPath().Transport, "%v", c)
+			}
+		}
+	}
+	// Unasked, ranks in two processes take staging.
+	auto, err := New(ctx, b, Config{Timeout: 30 * time.Second})
+	require.NoError(t, err)
+	defer auto.Close()
+	c := call{coll: collectives.AllReduce, dt: collectives.Float32, op: collectives.Sum, count: 1<<20 + 3}
+	require.NoError(t, verifyPair(ctx, auto, b.Rank(), c, 99))
+	require.Equal(t, "shm", auto.(collectives.PathTeller).LastPath().Transport)
 }
 
 // TestCMAPeerKilled: rank 1 (another process) dies inside a single-copy
