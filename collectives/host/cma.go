@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -183,6 +184,12 @@ func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, err
 		// with ordinary 4 KiB pages that has measured slower than two
 		// copies through staging that stays in the caches (docs/perf.md).
 		why = "ranks in several processes: process_vm_readv only when asked (GOCCL_HOST_CMA=1)"
+	}
+	if why == "" && agreed == cmaAuto && n > runtime.NumCPU() {
+		// Ranks taking turns on the CPUs gained nothing where measured:
+		// the peers' reduced parts are read back from memory, where
+		// staging hands them over in the caches.
+		why = fmt.Sprintf("%d ranks on %d CPUs: single copy only when asked (GOCCL_HOST_CMA=1)", n, runtime.NumCPU())
 	}
 	// Probe every peer, even when some rank turned it off, so that both
 	// AllGathers happen on every rank.

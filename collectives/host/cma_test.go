@@ -404,3 +404,35 @@ func dead(pid int) bool {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// BenchmarkCMARead compares process_vm_readv (here of this process's
+// own memory: the kernel's path is the same as for a peer's) with a copy,
+// from memory and from the caches, into a buffer that stays in L2.
+func BenchmarkCMARead(b *testing.B) {
+	for _, sz := range []struct {
+		name  string
+		bytes int
+	}{{"256KiB", 256 << 10}, {"32MiB", 32 << 20}} {
+		src, dst := alloc(sz.bytes), alloc(256<<10)
+		fill(rand.New(rand.NewPCG(1, 2)), collectives.Uint8, collectives.Sum, src)
+		c := &cma{pids: []int{os.Getpid()}}
+		b.Run("readv/"+sz.name, func(b *testing.B) {
+			b.SetBytes(int64(sz.bytes))
+			for i := 0; i < b.N; i++ {
+				for x := 0; x < len(src); x += len(dst) {
+					if err := c.read(c.pids[0], dst, addr(src[x:])); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run("copy/"+sz.name, func(b *testing.B) {
+			b.SetBytes(int64(sz.bytes))
+			for i := 0; i < b.N; i++ {
+				for x := 0; x < len(src); x += len(dst) {
+					copy(dst, src[x:])
+				}
+			}
+		})
+	}
+}
