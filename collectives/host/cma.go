@@ -19,17 +19,18 @@ import (
 	"github.com/goccl/goccl/transport"
 )
 
-// Large calls between ranks of one machine skip the staging: with Linux's
-// cross-memory attach (process_vm_readv) a rank copies straight out of a
-// peer's buffer, one copy where staging costs two (cma_algos.go). Whether
-// a rank may read another's memory is ptrace's rule (same user; under
+// Large calls between ranks of one machine can skip the staging: a rank
+// copies straight out of a peer's buffer, one copy where staging costs
+// two (cma_algos.go). Ranks of one process read each other in place.
+// Ranks of different processes read through Linux's cross-memory attach
+// (process_vm_readv), whose permission is ptrace's (same user; under
 // Yama's ptrace_scope 1 only a process the target named), so every rank
-// tries it at initialization, reading each peer's probe word, and the
-// ranks use it only if every one succeeded; otherwise every call takes the
-// staging path, and a DEBUG line says why.
-//
-// Ranks in one process read each other through the same system call on
-// their own pid: a bad address then fails with EFAULT there too.
+// tries it at initialization, reading each peer's probe word and its own,
+// and the ranks use it only if every one succeeded; otherwise every call
+// takes the staging path, and a DEBUG line says why. The kernel pins and
+// copies the peer's pages one by one, which on 4 KiB pages has measured
+// slower than staging (docs/perf.md): between processes it is used only
+// when asked.
 
 const (
 	// offCMA is where a rank publishes its call's send and receive
@@ -40,11 +41,12 @@ const (
 	// cmaBounce is the L2-sized room a rank reads its peers' parts into
 	// before reducing them, split over the ranks.
 	cmaBounce = 512 << 10
-	// cmaPiece bounds one direct copy, so that aborts are seen between.
+	// cmaPiece bounds one system call's copy, so that aborts are seen
+	// between.
 	cmaPiece = 4 << 20
 )
 
-// cma is one rank's cross-memory attach state, nil when it is off.
+// cma is one rank's single-copy state, nil when it is off.
 type cma struct {
 	min    int    // calls of at least this many bytes (count × element size) go single-copy
 	pids   []int  // every rank's process

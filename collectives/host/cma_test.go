@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,13 +160,14 @@ func TestCMAOff(t *testing.T) {
 		cfgs    []Config // by rank
 		want    string   // the transport of a large call
 		wantErr string
+		why     string // in the DEBUG line of a fallback
 	}{
 		{name: "on", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: cmaMin}}, want: "cma"},
 		{name: "env min", env: map[string]string{"GOCCL_HOST_CMA_MIN": "1M"}, cfgs: []Config{{}, {}}, want: "cma"},
 		{name: "env on", env: map[string]string{"GOCCL_HOST_CMA": "1", "GOCCL_HOST_CMA_MIN": "64K"}, cfgs: []Config{{}, {}}, want: "cma"},
-		{name: "env off", env: map[string]string{"GOCCL_HOST_CMA": "0"}, cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: cmaMin}}, want: "shm"},
+		{name: "env off", env: map[string]string{"GOCCL_HOST_CMA": "0"}, cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: cmaMin}}, want: "shm", why: "turned off on rank 0"},
 		{name: "config off", cfgs: []Config{{CMAMin: -1}, {CMAMin: -1}}, want: "shm"},
-		{name: "one rank off", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: -1}}, want: "shm"},
+		{name: "one rank off", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: -1}}, want: "shm", why: "turned off on rank 1"},
 		{name: "thresholds differ", cfgs: []Config{{CMAMin: cmaMin}, {CMAMin: 2 * cmaMin}}, wantErr: "single-copy threshold of"},
 		{name: "bad env", env: map[string]string{"GOCCL_HOST_CMA": "maybe"}, cfgs: []Config{{}, {}}, wantErr: `GOCCL_HOST_CMA="maybe"`},
 		{name: "bad env min", env: map[string]string{"GOCCL_HOST_CMA_MIN": "lots"}, cfgs: []Config{{}, {}}, wantErr: `GOCCL_HOST_CMA_MIN="lots"`},
@@ -179,10 +182,12 @@ func TestCMAOff(t *testing.T) {
 			n := len(tc.cfgs)
 			j := &job{t: t, n: n, bes: make([]collectives.Backend, n), rng: rand.New(rand.NewPCG(7, 7))}
 			errs := make([]error, n)
+			var logged syncBuffer
+			logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			g := transporttest.NewGroup(n)
 			_ = g.Run(func(r int, b transport.Bootstrap) error {
 				cfg := tc.cfgs[r]
-				cfg.Logger = discard()
+				cfg.Logger = logger
 				j.bes[r], errs[r] = New(context.Background(), b, cfg)
 				return errs[r]
 			})
@@ -196,6 +201,10 @@ func TestCMAOff(t *testing.T) {
 			}
 			for r, err := range errs {
 				require.NoError(t, err, "rank %d", r)
+			}
+			if tc.why != "" {
+				assert.Contains(t, logged.String(), "single copy off")
+				assert.Contains(t, logged.String(), tc.why)
 			}
 			c := big
 			if tc.name == "env min" {
@@ -404,6 +413,24 @@ func dead(pid int) bool {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// syncBuffer is a bytes.Buffer that ranks on several goroutines may log to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 // BenchmarkCMARead compares process_vm_readv (here of this process's
 // own memory: the kernel's path is the same as for a peer's) with a copy,
