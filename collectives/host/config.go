@@ -40,8 +40,8 @@ type Config struct {
 	// staging, between processes through cross-memory attach. Zero:
 	// GOCCL_HOST_CMA=1 turns that on, from GOCCL_HOST_CMA_MIN (else 1 MiB);
 	// unset, only ranks that share one process, no more of them than
-	// CPUs, copy straight. Negative:
-	// never. GOCCL_HOST_CMA=0 turns it off whatever this says.
+	// CPUs, copy straight. Negative: never. GOCCL_HOST_CMA=0 turns it off
+	// whatever this says.
 	CMAMin int
 	// Logger receives the backend's diagnostics; nil: slog.Default().
 	Logger *slog.Logger
