@@ -34,6 +34,15 @@ type Config struct {
 	// OneShotMax is the largest AllReduce/Reduce, in bytes, run one-shot
 	// when no algorithm is forced. Zero: 256 KiB.
 	OneShotMax int
+	// CMAMin, when positive, makes every AllReduce, AllGather, Broadcast
+	// and ReduceScatter of at least this many bytes (count × element size)
+	// copy straight between the ranks' buffers (cma.go) rather than through
+	// staging, between processes through cross-memory attach. Zero:
+	// GOCCL_HOST_CMA=1 turns that on, from GOCCL_HOST_CMA_MIN (else 1 MiB);
+	// unset, only ranks that share one process, no more of them than
+	// CPUs, copy straight. Negative: never. GOCCL_HOST_CMA=0 turns it off
+	// whatever this says.
+	CMAMin int
 	// Logger receives the backend's diagnostics; nil: slog.Default().
 	Logger *slog.Logger
 	// Nodes names every rank's node (any key, equal for ranks that share

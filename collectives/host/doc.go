@@ -17,6 +17,18 @@
 // boxes. ReduceScatter stages each destination's block; Broadcast and
 // AllGather copy through staging.
 //
+// Large AllReduce, AllGather, Broadcast and ReduceScatter calls (from
+// Config.CMAMin bytes) can skip staging and copy straight between the
+// ranks' buffers (cma.go, cma_algos.go): each rank publishes its buffers'
+// addresses, AllReduce reduces each rank's part reading the peers' parts,
+// then gathers the reduced parts from the peers' receive buffers, and no
+// rank returns while a peer may still read it. Ranks of one process read
+// each other in place, which they do by default (when every rank has a
+// CPU); ranks of several
+// processes read through process_vm_readv, only when asked
+// (GOCCL_HOST_CMA=1), since the kernel's copy of 4 KiB pages one by one
+// is slower than staging that stays in the caches where measured.
+//
 // Point-to-point operations (RunGroup: Send, Recv, and AllToAll(v),
 // Gather and Scatter, which arrive as groups of them) take no part in the
 // barriers: each ordered pair of ranks has a ring of slots in the sender's

@@ -41,6 +41,7 @@ type backend struct {
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
 	p2p  pairs // point-to-point channels (p2p.go); under mu
+	cma  *cma  // single-copy large calls (cma.go); nil when off
 
 	mu       runLock    // one Run at a time; Close waits for it
 	amu      sync.Mutex // guards shared-memory writes of fail against Close
@@ -68,6 +69,10 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	if err != nil {
 		return nil, err
 	}
+	xma, err := cmaSetup(ctx, b, cfg)
+	if err != nil {
+		return nil, err
+	}
 	half := cfg.StagingBytes
 	seg, err := shm.Map(ctx, b, ctrlBytes+2*half+p2pBytes(half, n))
 	if err != nil {
@@ -76,7 +81,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	be := &backend{
 		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
 		waiters: make([]*uint32, n),
-		srcs:    make([][]byte, n), spins: spins, napFor: napFor,
+		srcs:    make([][]byte, n), spins: spins, napFor: napFor, cma: xma,
 	}
 	for p := 0; p < 2; p++ {
 		be.seq[p] = make([]*uint32, n)
@@ -97,6 +102,9 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	}
 	be.abortWord = word(seg.Peer(0), offAbort)
 	be.initPairs(ctrlBytes + 2*half)
+	if xma != nil {
+		xma.attach(seg.Peer)
+	}
 	algo := cfg.Algo
 	if algo == "" {
 		algo = fmt.Sprintf("by size: oneshot up to %d B, twoshot above", cfg.OneShotMax)
@@ -110,7 +118,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	}
 	cfg.Logger.Info("goccl host backend ready", "rank", rank, "nranks", n,
 		"transport", "shm to every peer (memfd mapped by each rank)", "algo", algo,
-		"staging", fmt.Sprintf("2 x %d B per rank", half), "wait", wait, "timeout", cfg.Timeout)
+		"staging", fmt.Sprintf("2 x %d B per rank", half), "large calls", xma.describe(), "wait", wait, "timeout", cfg.Timeout)
 	return be, nil
 }
 
@@ -169,6 +177,9 @@ func (b *backend) RunChecked(ctx context.Context, a *collectives.Args) error {
 	if b.n == 1 {
 		b.single(a)
 		return nil
+	}
+	if b.cmaTakes(a) {
+		return b.runCMA(ctx, a)
 	}
 	if a.Coll == collectives.AllReduce || a.Coll == collectives.Reduce {
 		b.last.Algo = collectives.TwoShot
