@@ -36,3 +36,27 @@ func BenchmarkFP8Kernels(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFP8Scale: PreMulSum's scaling of one rank's input, per
+// instruction set, in ns per element.
+func BenchmarkFP8Scale(b *testing.B) {
+	const count = 256 << 10
+	for _, dt := range fp8Types {
+		f := fp8FormatOf(dt)
+		for _, isa := range isas() {
+			b.Run(fmt.Sprintf("%s/%s", dt, isaName(isa)), func(b *testing.B) {
+				src, dst := alloc(count), alloc(count)
+				for i := range src {
+					src[i] = byte(i * 7)
+				}
+				b.SetBytes(count)
+				for b.Loop() {
+					if !scaleFP8Vec(isa, f, dst, src, 0.75) {
+						scaleFP8Go(dst, src, 0.75, f)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/count, "ns/elem")
+			})
+		}
+	}
+}
