@@ -25,8 +25,8 @@ import (
 // fields override them, as for Split); the parent is left as it was.
 //
 // Shrink does not use the parent's bootstrap, which may be gone with its
-// rank 0: every rank opened a rescue listener at init and learned every
-// other rank's (rescue.go). The survivors meet at the lowest surviving
+// rank 0: every rank has a place on a rescue listener from init and
+// learned every other rank's (rescue.go; a child's is its parent's). The survivors meet at the lowest surviving
 // rank's, which then hands them a fresh unique id for the child, and the
 // child forms as init does. A survivor that names a different exclude
 // list, a survivor that is in fact dead (its listener refuses), or a bad
