@@ -44,10 +44,11 @@ type rescuePoint struct {
 	// The connections the hub routed here, oldest first, until a Shrink
 	// (or the responder) takes them.
 	qmu     sync.Mutex
-	queue   []rescueArrival
+	queue   []*queuedConn
 	qsig    chan struct{} // cap 1: one queued
 	qdone   chan struct{} // closed with the point
 	qclosed bool
+	qwg     sync.WaitGroup // the queued connections' watchers
 
 	// After a failed Shrink on the lowest survivor, a responder tells the
 	// survivors still to come why (respond).
@@ -62,6 +63,21 @@ type rescuePoint struct {
 // errStopped: next's stop channel closed.
 var errStopped = errors.New("stopped")
 
+// queuedConn is a connection waiting on the point. Its watcher reads
+// what the dialer sends meanwhile into buf, so that a dialer that gives
+// up and closes is seen and its connection dropped (a listener's queue
+// held such connections in the kernel; here they would hold descriptors).
+type queuedConn struct {
+	a     rescueArrival
+	buf   []byte
+	taken bool          // by next; the watcher then stops
+	done  chan struct{} // the watcher ended
+}
+
+// maxQueuedBytes bounds what a queued connection's dialer may send before
+// a Shrink reads it (its opening frame, and a give-up frame).
+const maxQueuedBytes = 64 << 10
+
 // deliver queues a; false once the point closed.
 func (rp *rescuePoint) deliver(a rescueArrival) bool {
 	rp.qmu.Lock()
@@ -69,12 +85,41 @@ func (rp *rescuePoint) deliver(a rescueArrival) bool {
 	if rp.qclosed {
 		return false
 	}
-	rp.queue = append(rp.queue, a)
+	q := &queuedConn{a: a, done: make(chan struct{})}
+	rp.queue = append(rp.queue, q)
+	rp.qwg.Add(1)
+	go rp.watch(q)
 	select {
 	case rp.qsig <- struct{}{}:
 	default:
 	}
 	return true
+}
+
+// watch reads q's connection until next takes it (and ends the read by
+// its deadline) or the dialer closes it (then dropped).
+func (rp *rescuePoint) watch(q *queuedConn) {
+	defer rp.qwg.Done()
+	defer close(q.done)
+	var b [512]byte
+	for {
+		n, err := q.a.conn.Read(b[:])
+		rp.qmu.Lock()
+		q.buf = append(q.buf, b[:n]...)
+		if q.taken {
+			rp.qmu.Unlock()
+			return
+		}
+		if err != nil || len(q.buf) > maxQueuedBytes {
+			if i := slices.Index(rp.queue, q); i >= 0 {
+				rp.queue = slices.Delete(rp.queue, i, i+1)
+			}
+			rp.qmu.Unlock()
+			_ = q.a.conn.Close()
+			return
+		}
+		rp.qmu.Unlock()
+	}
 }
 
 // next takes the oldest queued connection, waiting for one until stop
@@ -93,10 +138,18 @@ func (rp *rescuePoint) next(stop <-chan struct{}) (rescueArrival, error) {
 			return rescueArrival{}, net.ErrClosed
 		}
 		if len(rp.queue) > 0 {
-			a := rp.queue[0]
-			rp.queue[0] = rescueArrival{}
+			q := rp.queue[0]
+			rp.queue[0] = nil
 			rp.queue = rp.queue[1:]
+			q.taken = true
 			rp.qmu.Unlock()
+			_ = q.a.conn.SetReadDeadline(time.Now()) // ends the watcher's read
+			<-q.done
+			_ = q.a.conn.SetReadDeadline(time.Time{})
+			a := q.a
+			if len(q.buf) > 0 {
+				a.conn = &prefixConn{Conn: a.conn, pre: q.buf}
+			}
 			return a, nil
 		}
 		rp.qmu.Unlock()
@@ -106,6 +159,21 @@ func (rp *rescuePoint) next(stop <-chan struct{}) (rescueArrival, error) {
 		case <-stop:
 		}
 	}
+}
+
+// prefixConn reads pre before its connection.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // pendingOpen is a greeted rescue connection.
@@ -416,9 +484,10 @@ func (rp *rescuePoint) close() {
 		queued := rp.queue
 		rp.queue = nil
 		rp.qmu.Unlock()
-		for _, a := range queued {
-			_ = a.conn.Close()
+		for _, q := range queued {
+			_ = q.a.conn.Close() // ends its watcher
 		}
+		rp.qwg.Wait()
 		if done != nil {
 			<-done
 		}
