@@ -129,8 +129,8 @@ func TestRescueListensOnChosenInterface(t *testing.T) {
 	name, want := realLoopback(t)
 	comms := hostCommsEnv(t, 2, map[string]string{ifnameVar: name})
 	for _, c := range comms {
-		require.NotNil(t, c.rescue.ln, "rank %d: %s", c.rank, c.rescue.why)
-		ap := c.rescue.ln.Addr().(*net.TCPAddr).AddrPort()
+		require.NotNil(t, c.rescue.hub, "rank %d: %s", c.rank, c.rescue.why)
+		ap := c.rescue.hub.ln.Addr().(*net.TCPAddr).AddrPort()
 		assert.Equal(t, want, ap.Addr().Unmap(), "rank %d", c.rank)
 	}
 }

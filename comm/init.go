@@ -29,6 +29,9 @@ type joinSpec struct {
 	// conn is another rank's connection to rank 0 when made already (a
 	// child of Split over socket pairs); startBootstrap takes it over.
 	conn net.Conn
+	// hub is the parent's rescue listener (children of Split and Shrink),
+	// which the child shares instead of opening its own.
+	hub *rescueHub
 }
 
 // InitRank joins rank rank of an nranks-rank job whose rank 0 listens at
@@ -328,7 +331,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if factory == nil {
 		factory = defaultBackend
 	}
-	rescue, err := openRescue(ctx, boot, set.hostID, device, set.ifIP)
+	rescue, err := openRescue(ctx, boot, set.hostID, device, set.ifIP, spec.hub)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -17,18 +18,22 @@ import (
 	"github.com/goccl/goccl/topology"
 )
 
-// rescuePoint is what a rank opens at init so that Shrink can work when
-// the communicator's bootstrap no longer can (its rank 0 died, or the
-// star failed): a TCP listener on the interface the bootstrap uses, whose
-// address every rank learned at init. Nothing accepts on it until Shrink
-// runs; the kernel queues the survivors' connections meanwhile. A dead
-// rank's listener dies with it, so a survivor that dials it is refused at
-// once instead of waiting. The same init exchange gives every rank's node
-// (for the children's local ranks) and the interface Split's children
-// listen on.
+// rescuePoint is what a rank has, from init, so that Shrink can work
+// when the communicator's bootstrap no longer can (its rank 0 died, or
+// the star failed): a place on a TCP listener on the interface the
+// bootstrap uses, whose address every rank learned at init. The listener
+// is the rank's rescue hub (rescuehub.go): opened by a communicator made
+// by init, shared by the children Split and Shrink make of it, which
+// open none. The hub queues a communicator's rescue connections here
+// until Shrink runs. A dead rank's listener dies with it, so a survivor
+// that dials it is refused at once instead of waiting; a rank that closed
+// this communicator answers at once that it did. The same init exchange
+// gives every rank's node (for the children's local ranks) and the
+// interface Split's children listen on across nodes.
 type rescuePoint struct {
-	ln      net.Listener // nil with one rank, or when listening failed (why)
+	hub     *rescueHub // nil with one rank, or when listening failed (why)
 	why     string
+	rank    int
 	ip      netip.Addr // GOCCL_SOCKET_IFNAME's interface, else that of this rank's bootstrap connections
 	addrs   []string   // every rank's rescue address; "" when it has none
 	nodes   []string   // every rank's node key
@@ -37,13 +42,139 @@ type rescuePoint struct {
 
 	mu sync.Mutex // one Shrink at a time on a communicator
 
+	// The connections the hub routed here, oldest first, until a Shrink
+	// (or the responder) takes them.
+	qmu     sync.Mutex
+	queue   []*queuedConn
+	qsig    chan struct{} // cap 1: one queued
+	qdone   chan struct{} // closed with the point
+	qclosed bool
+	qwg     sync.WaitGroup // the queued connections' watchers
+
 	// After a failed Shrink on the lowest survivor, a responder tells the
 	// survivors still to come why (respond).
-	rmu      sync.Mutex
-	respStop chan struct{}
-	respDone chan struct{}
-	held     []pendingOpen // connections it keeps for the next Shrink
-	closed   bool
+	rmu       sync.Mutex
+	respStop  chan struct{}
+	respDone  chan struct{}
+	held      []pendingOpen // connections it keeps for the next Shrink
+	closed    bool
+	closeOnce sync.Once
+}
+
+// errStopped: next's stop channel closed.
+var errStopped = errors.New("stopped")
+
+// queuedConn is a connection waiting on the point. Its watcher reads
+// what the dialer sends meanwhile into buf, so that a dialer that gives
+// up and closes is seen and its connection dropped (a listener's queue
+// held such connections in the kernel; here they would hold descriptors).
+type queuedConn struct {
+	a     rescueArrival
+	buf   []byte
+	taken bool          // by next; the watcher then stops
+	done  chan struct{} // the watcher ended
+}
+
+// maxQueuedBytes bounds what a queued connection's dialer may send before
+// a Shrink reads it (its opening frame, and a give-up frame).
+const maxQueuedBytes = 64 << 10
+
+// deliver queues a; false once the point closed.
+func (rp *rescuePoint) deliver(a rescueArrival) bool {
+	rp.qmu.Lock()
+	defer rp.qmu.Unlock()
+	if rp.qclosed {
+		return false
+	}
+	q := &queuedConn{a: a, done: make(chan struct{})}
+	rp.queue = append(rp.queue, q)
+	rp.qwg.Add(1)
+	go rp.watch(q)
+	select {
+	case rp.qsig <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// watch reads q's connection until next takes it (and ends the read by
+// its deadline) or the dialer closes it (then dropped).
+func (rp *rescuePoint) watch(q *queuedConn) {
+	defer rp.qwg.Done()
+	defer close(q.done)
+	var b [512]byte
+	for {
+		n, err := q.a.conn.Read(b[:])
+		rp.qmu.Lock()
+		q.buf = append(q.buf, b[:n]...)
+		if q.taken {
+			rp.qmu.Unlock()
+			return
+		}
+		if err != nil || len(q.buf) > maxQueuedBytes {
+			if i := slices.Index(rp.queue, q); i >= 0 {
+				rp.queue = slices.Delete(rp.queue, i, i+1)
+			}
+			rp.qmu.Unlock()
+			_ = q.a.conn.Close()
+			return
+		}
+		rp.qmu.Unlock()
+	}
+}
+
+// next takes the oldest queued connection, waiting for one until stop
+// closes (errStopped: what is queued stays for the next taker) or the
+// point does (net.ErrClosed). One taker at a time.
+func (rp *rescuePoint) next(stop <-chan struct{}) (rescueArrival, error) {
+	for {
+		select {
+		case <-stop:
+			return rescueArrival{}, errStopped
+		default:
+		}
+		rp.qmu.Lock()
+		if rp.qclosed {
+			rp.qmu.Unlock()
+			return rescueArrival{}, net.ErrClosed
+		}
+		if len(rp.queue) > 0 {
+			q := rp.queue[0]
+			rp.queue[0] = nil
+			rp.queue = rp.queue[1:]
+			q.taken = true
+			rp.qmu.Unlock()
+			_ = q.a.conn.SetReadDeadline(time.Now()) // ends the watcher's read
+			<-q.done
+			_ = q.a.conn.SetReadDeadline(time.Time{})
+			a := q.a
+			if len(q.buf) > 0 {
+				a.conn = &prefixConn{Conn: a.conn, pre: q.buf}
+			}
+			return a, nil
+		}
+		rp.qmu.Unlock()
+		select {
+		case <-rp.qsig:
+		case <-rp.qdone:
+		case <-stop:
+		}
+	}
+}
+
+// prefixConn reads pre before its connection.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // pendingOpen is a greeted rescue connection.
@@ -55,29 +186,40 @@ type pendingOpen struct {
 	expiry *time.Timer // while held
 }
 
-// openRescue listens and exchanges the addresses and node keys; collective
-// (one bootstrap AllGather). Failing to listen is not fatal: the rank has
-// no rescue point and a Shrink that needs it says why.
-// It listens on ifIP (GOCCL_SOCKET_IFNAME's choice) when valid, else on
-// the interface of the bootstrap's connections.
-func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, device int, ifIP netip.Addr) (*rescuePoint, error) {
-	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic)}
+// openRescue takes a place on hub (the parent's, for a child of Split or
+// Shrink; a new listener when nil) and exchanges the addresses, node keys
+// and devices; collective (one bootstrap AllGather). Failing to listen is
+// not fatal: the rank has no rescue point and a Shrink that needs it says
+// why. A new listener is on ifIP (GOCCL_SOCKET_IFNAME's choice) when
+// valid, else on the interface of the bootstrap's connections.
+func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, device int, ifIP netip.Addr, hub *rescueHub) (*rescuePoint, error) {
+	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic), rank: b.rank,
+		qsig: make(chan struct{}, 1), qdone: make(chan struct{})}
 	if ifIP.IsValid() {
 		rp.ip = ifIP
 	}
 	if b.nranks > 1 {
-		ln, err := listenOn(rp.ip)
-		if err != nil {
-			rp.why = err.Error()
-			b.log.Warn("goccl: no rescue listener: Shrink will not reach this rank", "rank", b.rank, "err", err)
-		} else {
-			rp.ln = ln
-			b.cleanup = append(b.cleanup, rp.close)
+		if hub == nil || !hub.acquire() {
+			var err error
+			if hub, err = newRescueHub(rp.ip, b.log); err != nil {
+				hub = nil
+				rp.why = err.Error()
+				b.log.Warn("goccl: no rescue listener: Shrink will not reach this rank", "rank", b.rank, "err", err)
+			}
+		}
+		if hub != nil {
+			if err := hub.register(rp.magic, rp); err != nil {
+				hub.release()
+				rp.why = err.Error()
+			} else {
+				rp.hub = hub
+				b.cleanup = append(b.cleanup, rp.close)
+			}
 		}
 	}
 	addr := ""
-	if rp.ln != nil {
-		addr = rp.ln.Addr().String()
+	if rp.hub != nil {
+		addr = rp.hub.addr()
 	}
 	key, kerr := nodeKey(hostID)
 	if kerr != nil {
@@ -237,8 +379,7 @@ func (rp *rescuePoint) localRanks(members []int) []int {
 // closes. Answering at once would give a survivor that already tries again
 // the failed attempt's verdict.
 func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected, list []int) {
-	tl, _ := rp.ln.(*net.TCPListener)
-	if len(expected) == 0 || verdict == nil || tl == nil {
+	if len(expected) == 0 || verdict == nil || rp.hub == nil {
 		return
 	}
 	rp.rmu.Lock()
@@ -255,11 +396,12 @@ func (rp *rescuePoint) respond(c *Comm, verdict []byte, expected, list []int) {
 	go func() {
 		defer close(done)
 		for len(want) > 0 {
-			conn, err := tl.Accept()
+			a, err := rp.next(stop)
 			if err != nil {
-				return // stopResponder's deadline, or closed
+				return // stopResponder, or closed
 			}
-			rank, role, theirs, err := readOpening(c, conn)
+			conn := a.conn
+			rank, role, theirs, err := readOpening(c, conn, a.hello)
 			switch {
 			case err != nil:
 				_ = conn.Close()
@@ -318,9 +460,6 @@ func (rp *rescuePoint) stopResponder() []pendingOpen {
 	rp.rmu.Unlock()
 	if stop != nil {
 		close(stop)
-		if tl, ok := rp.ln.(*net.TCPListener); ok {
-			_ = tl.SetDeadline(time.Now())
-		}
 		<-done
 	}
 	rp.rmu.Lock()
@@ -333,22 +472,40 @@ func (rp *rescuePoint) stopResponder() []pendingOpen {
 	return held
 }
 
-// close is the bootstrap's cleanup: the listener, the responder and what
-// it held.
+// close is the bootstrap's cleanup: the place on the hub (released, the
+// hub's listener closing with its last place), the queued connections,
+// the responder and what it held.
 func (rp *rescuePoint) close() {
-	rp.rmu.Lock()
-	rp.closed = true
-	done := rp.respDone
-	rp.rmu.Unlock()
-	_ = rp.ln.Close()
-	if done != nil {
-		<-done
-	}
-	rp.rmu.Lock()
-	for _, p := range rp.held {
-		p.expiry.Stop()
-		_ = p.conn.Close()
-	}
-	rp.held = nil
-	rp.rmu.Unlock()
+	rp.closeOnce.Do(func() {
+		rp.rmu.Lock()
+		rp.closed = true
+		done := rp.respDone
+		rp.rmu.Unlock()
+		if rp.hub != nil {
+			rp.hub.unregister(rp.magic, rp.rank)
+		}
+		rp.qmu.Lock()
+		rp.qclosed = true
+		close(rp.qdone)
+		queued := rp.queue
+		rp.queue = nil
+		rp.qmu.Unlock()
+		for _, q := range queued {
+			_ = q.a.conn.Close() // ends its watcher
+		}
+		rp.qwg.Wait()
+		if done != nil {
+			<-done
+		}
+		rp.rmu.Lock()
+		for _, p := range rp.held {
+			p.expiry.Stop()
+			_ = p.conn.Close()
+		}
+		rp.held = nil
+		rp.rmu.Unlock()
+		if rp.hub != nil {
+			rp.hub.release()
+		}
+	})
 }

@@ -25,8 +25,8 @@ import (
 // fields override them, as for Split); the parent is left as it was.
 //
 // Shrink does not use the parent's bootstrap, which may be gone with its
-// rank 0: every rank opened a rescue listener at init and learned every
-// other rank's (rescue.go). The survivors meet at the lowest surviving
+// rank 0: every rank has a place on a rescue listener from init and
+// learned every other rank's (rescue.go; a child's is its parent's). The survivors meet at the lowest surviving
 // rank's, which then hands them a fresh unique id for the child, and the
 // child forms as init does. A survivor that names a different exclude
 // list, a survivor that is in fact dead (its listener refuses), or a bad
@@ -57,7 +57,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts Options) (*Comm, 
 	rp := c.rescue
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
-	spec := joinSpec{nranks: len(survivors), rank: me, localRank: rp.localRanks(survivors)[me]}
+	spec := joinSpec{nranks: len(survivors), rank: me, localRank: rp.localRanks(survivors)[me], hub: rp.hub}
 	if len(survivors) == 1 {
 		spec.id, err = NewUniqueIDAt(netip.AddrPortFrom(rp.ip, 1)) // never dialled
 	} else {
@@ -180,19 +180,14 @@ const supersetGrace = 2 * time.Second
 // run meets the other survivors and returns the child's id (and, on the
 // lowest survivor, the child's bootstrap listener).
 func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err error) {
-	if s.rp.ln == nil {
+	if s.rp.hub == nil {
 		return UniqueID{}, nil, fmt.Errorf("this rank has no rescue listener (%s)", s.rp.why)
-	}
-	tl, _ := s.rp.ln.(*net.TCPListener)
-	if tl == nil {
-		return UniqueID{}, nil, fmt.Errorf("rescue listener of type %T", s.rp.ln)
 	}
 	s.told, s.settled = map[int]bool{}, map[int]bool{}
 	held := s.rp.stopResponder()
-	_ = tl.SetDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(ctx) // ends the probes' dials with the rendezvous
 	s.wg.Add(1)
-	go s.acceptLoop(tl, held)
+	go s.acceptLoop(held)
 	defer func() {
 		cancel()
 		// Every connection not answered yet is settled: see settle.
@@ -201,8 +196,7 @@ func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err e
 			s.verdict = shrinkRejectPayload(err)
 		}
 		s.stopped = true
-		close(s.stop)
-		_ = tl.SetDeadline(time.Now()) // ends Accept, keeps the listener for a later Shrink
+		close(s.stop) // ends acceptLoop; what is queued stays for a later Shrink
 		for conn, info := range s.conns {
 			if info.open != nil && !info.answered {
 				s.settle(conn, info.open)
@@ -213,7 +207,6 @@ func (s *shrinker) run(ctx context.Context) (id UniqueID, ln net.Listener, err e
 		s.conns = nil
 		s.mu.Unlock()
 		s.wg.Wait()
-		_ = tl.SetDeadline(time.Time{})
 		if err != nil && s.c.rank == s.leader {
 			// Survivors still on their way would otherwise wait in our
 			// listener's queue for their whole timeout.
@@ -347,7 +340,7 @@ func (s *shrinker) send(ev shrinkEvent) {
 	}
 }
 
-func (s *shrinker) acceptLoop(tl *net.TCPListener, held []pendingOpen) {
+func (s *shrinker) acceptLoop(held []pendingOpen) {
 	defer s.wg.Done()
 	// Connections a failed Shrink's responder held for this one.
 	for _, p := range held {
@@ -358,24 +351,25 @@ func (s *shrinker) acceptLoop(tl *net.TCPListener, held []pendingOpen) {
 		s.arrive(p)
 	}
 	for {
-		conn, err := tl.Accept()
+		a, err := s.rp.next(s.stop)
 		if err != nil {
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() {
+			if !errors.Is(err, errStopped) {
 				s.send(shrinkEvent{kind: evListener, err: err})
 			}
 			return
 		}
 		// Tracked once greeted: a stranger is dropped by its own deadline.
 		s.wg.Add(1)
-		go s.greet(conn)
+		go s.greet(a)
 	}
 }
 
-// greet reads a dialer's hello and list; strangers are dropped quietly.
-func (s *shrinker) greet(conn net.Conn) {
+// greet reads a dialer's list (the hub read its hello); strangers are
+// dropped quietly.
+func (s *shrinker) greet(a rescueArrival) {
 	defer s.wg.Done()
-	rank, role, list, err := readOpening(s.c, conn)
+	conn := a.conn
+	rank, role, list, err := readOpening(s.c, conn, a.hello)
 	if err == nil && !slices.Equal(list, s.ex) && stale(conn) {
 		err = errors.New("closed by its dialer (a finished Shrink)")
 	}
@@ -395,14 +389,10 @@ func (s *shrinker) arrive(p pendingOpen) {
 	s.send(shrinkEvent{kind: evArrival, rank: p.rank, conn: p.conn, role: p.role, list: p.list})
 }
 
-// readOpening reads a rescue connection's hello and list within
-// helloTimeout each.
-func readOpening(c *Comm, conn net.Conn) (rank int, role byte, list []int, err error) {
-	h, err := readHello(conn, c.rescue.magic)
-	if err == nil {
-		err = checkRescueHello(c, h)
-	}
-	if err != nil {
+// readOpening checks a rescue connection's hello (read by the hub, with
+// this communicator's magic) and reads its list within helloTimeout.
+func readOpening(c *Comm, conn net.Conn, h hello) (rank int, role byte, list []int, err error) {
+	if err := checkRescueHello(c, h); err != nil {
 		return 0, 0, nil, err
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))

@@ -129,7 +129,7 @@ func (c *Comm) splitExchange(ctx context.Context, color, key int, bad error) (jo
 	} else if idErr != nil {
 		return joinSpec{}, nil, idErr
 	}
-	spec := joinSpec{nranks: len(members), rank: me, localRank: c.rescue.localRanks(members)[me], id: id, token: id.Token(), ln: ln}
+	spec := joinSpec{nranks: len(members), rank: me, localRank: c.rescue.localRanks(members)[me], id: id, token: id.Token(), ln: ln, hub: c.rescue.hub}
 	if pairs {
 		// Still under the call gate: no other call of the parent passes
 		// descriptors meanwhile.

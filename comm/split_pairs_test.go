@@ -49,19 +49,17 @@ func tcpSockets(t *testing.T) (listening, connected int) {
 	return listening, connected
 }
 
-// A Split on one node dials no TCP connection and listens only for the
-// children's rescue points (one per rank of a child of several ranks,
-// which Shrink needs); its children work, and closing them gives back
-// every socket.
+// A Split on one node dials no TCP connection and opens no listener (the
+// children's rescue points share their parents' listeners); its children
+// work, and closing them gives back every socket.
 func TestSplitOnOneNodeDialsNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		colors []int
-		rescue int // listeners the children add
 	}{
-		{"two colors", []int{0, 1, 0, 1}, 4},
-		{"one color", []int{0, 0, 0, 0}, 4},
-		{"one alone", []int{0, 1, 1, NoColor}, 2},
+		{"two colors", []int{0, 1, 0, 1}},
+		{"one color", []int{0, 0, 0, 0}},
+		{"one alone", []int{0, 1, 1, NoColor}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			comms := initGroup(t, len(tc.colors), hostOpts())
@@ -73,7 +71,8 @@ func TestSplitOnOneNodeDialsNothing(t *testing.T) {
 			}
 			l1, c1 := tcpSockets(t)
 			assert.Equal(t, c0, c1, "TCP connections before and after Split")
-			assert.Equal(t, l0+tc.rescue, l1, "TCP listeners before and after Split")
+			// The children's rescue points share the parents' listeners.
+			assert.Equal(t, l0, l1, "TCP listeners before and after Split")
 			for _, color := range []int{0, 1} {
 				if g := byColor(kids, tc.colors, color); len(g) > 0 {
 					checkAllReduce(t, g, 33)
@@ -159,6 +158,62 @@ func TestShrinkOfSplitChild(t *testing.T) {
 				checkAllReduce(t, comms, 3)
 				closeComms(t, comms)
 			}
+		})
+	}
+}
+
+// Children of Split and of Shrink open no listener: their rescue points
+// share the one each rank's first communicator opened, which lives until
+// the last communicator on it closes, in whichever order, and serves every
+// Shrink meanwhile.
+func TestChildrenShareTheRescueListener(t *testing.T) {
+	for _, parentFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("parent first %v", parentFirst), func(t *testing.T) {
+			lBefore, _ := tcpSockets(t)
+			comms := initGroup(t, 4, hostOpts())
+			l0, _ := tcpSockets(t)
+			require.Equal(t, lBefore+4, l0, "one rescue listener per rank")
+			kids, errs := splitAll(comms, []int{0, 0, 0, 0}, []int{3, 2, 1, 0}, Options{})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			// Kids by parent rank; child rank 0 is parent rank 3. Leave
+			// parent rank 0 (child rank 3) out.
+			shrunk, errs := shrinkAll(kids, []int{3, 2, 1}, same([]int{3}, 0, 1, 2), Options{})
+			for _, r := range []int{0, 1, 2} {
+				require.NoError(t, errs[r], "child rank %d", r)
+			}
+			l, _ := tcpSockets(t)
+			assert.Equal(t, l0, l, "listeners after Split and Shrink")
+			g := []*Comm{shrunk[0], shrunk[1], shrunk[2]}
+			checkAllReduce(t, g, 129)
+			if parentFirst {
+				closeComms(t, comms)
+				l, _ = tcpSockets(t)
+				assert.Equal(t, l0, l, "the children hold the listeners once the parents closed")
+				// The Shrink child shrinks again, with the parents gone.
+				again, errs := shrinkAll(g, []int{0, 2}, same([]int{1}, 0, 2), Options{})
+				require.NoError(t, errs[0])
+				require.NoError(t, errs[2])
+				checkAllReduce(t, []*Comm{again[0], again[2]}, 77)
+				closeComms(t, []*Comm{again[0], again[2]})
+				closeComms(t, g)
+				closeComms(t, kids)
+			} else {
+				closeComms(t, g)
+				closeComms(t, kids)
+				l, _ = tcpSockets(t)
+				assert.Equal(t, l0, l, "the parents keep their listeners once the children closed")
+				// The parent shrinks, its children gone.
+				p, errs := shrinkAll(comms, []int{0, 1, 3}, same([]int{2}, 0, 1, 3), Options{})
+				for _, r := range []int{0, 1, 3} {
+					require.NoError(t, errs[r], "rank %d", r)
+				}
+				checkAllReduce(t, []*Comm{p[0], p[1], p[3]}, 55)
+				closeComms(t, []*Comm{p[0], p[1], p[3]})
+				closeComms(t, comms)
+			}
+			waitFor(t, 10e9, func() bool { l, _ := tcpSockets(t); return l == lBefore }, "every listener to close")
 		})
 	}
 }

@@ -104,12 +104,19 @@ func scaleHalf(dst, src []byte, p *premul, widen func(uint16) float32, narrow fu
 }
 
 func scaleFP8(dst, src []byte, p *premul, f fp8Format) {
+	if !scaleFP8Vec(fp8ISA, f, dst, src, p.f32) {
+		scaleFP8Go(dst, src, p.f32, f)
+	}
+}
+
+// scaleFP8Go is the Go form of scaleFP8, the vector one's reference.
+func scaleFP8Go(dst, src []byte, c float32, f fp8Format) {
 	var w [blk]float32
 	for lo := 0; lo < len(src); lo += blk {
 		hi := min(lo+blk, len(src))
 		t := w[:hi-lo]
 		f.widenTo(t, src[lo:hi])
-		scale(t, p.f32)
+		scale(t, c)
 		f.narrowTo(dst[lo:hi], t)
 	}
 }

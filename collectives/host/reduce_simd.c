@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <immintrin.h>
+
 #include "reduce_simd.h"
 
 // No fused multiply-add or other contraction, whatever the flags: the
@@ -220,6 +222,198 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 		}                                                                              \
 	}
 
+// The 8-bit float types, as the 16-bit ones: each block is widened to
+// float32, reduced there, divided for avg and narrowed once. Widening is
+// bit arithmetic giving internal/fp8's table exactly (every NaN code
+// becomes the positive quiet NaN, as there); subnormals are scaled by
+// subtracting a power of two whose last mantissa bit is the format's
+// smallest step. Narrowing is internal/fp8's: normals rebias the exponent
+// and round the mantissa to nearest even, saturating at the largest
+// finite value (infinities too); subnormals round by adding that power
+// of two, which leaves the step count in the sum's low bits, rounded to
+// nearest even by the addition itself; NaNs keep their sign.
+#define E4M3_MAGIC (141u << 23) /* 2^14: its ulp is 2^-9, E4M3's step */
+#define E5M2_MAGIC (134u << 23) /* 2^7: its ulp is 2^-16, E5M2's step */
+
+// The conversions of one 8-bit float type F: vector loops over lanes of
+// 32 bits (VS bytes), then the same arithmetic one element at a time.
+// WIDEN(b) and NARROW(u) are the lane formulas, written once for both.
+#define FP8_CONV1(ISA, ATTR, VS, F, WIDEN, NARROW)                                     \
+	ATTR static void widen_##F##_##ISA(float *d, const uint8_t *s, size_t n) {         \
+		typedef uint32_t VU __attribute__((vector_size(VS)));                          \
+		typedef int32_t VI __attribute__((vector_size(VS)));                           \
+		typedef float VF __attribute__((vector_size(VS)));                             \
+		typedef float VFS __attribute__((vector_size(VS), aligned(1), may_alias));    \
+		size_t i = 0;                                                                  \
+		for (; i + VS / 4 <= n; i += VS / 4) {                                         \
+			VU b = (VU)FP8_LOAD_##ISA(s + i);                                          \
+			VU o;                                                                      \
+			WIDEN(VU, VI, VF, b, o);                                                   \
+			STORE(VFS, d + i, (VF)o);                                                  \
+		}                                                                              \
+		for (; i < n; i++) {                                                           \
+			typedef uint32_t VU1 __attribute__((vector_size(4)));                     \
+			typedef int32_t VI1 __attribute__((vector_size(4)));                      \
+			typedef float VF1 __attribute__((vector_size(4)));                        \
+			VU1 b = {s[i]}, o;                                                         \
+			WIDEN(VU1, VI1, VF1, b, o);                                                \
+			d[i] = u2f(o[0]);                                                          \
+		}                                                                              \
+	}                                                                                  \
+	ATTR static void narrow_##F##_##ISA(uint8_t *d, const float *s, size_t n) {        \
+		typedef uint32_t VU __attribute__((vector_size(VS)));                          \
+		typedef int32_t VI __attribute__((vector_size(VS)));                           \
+		typedef float VF __attribute__((vector_size(VS)));                             \
+		typedef uint32_t VUS __attribute__((vector_size(VS), aligned(1), may_alias)); \
+		size_t i = 0;                                                                  \
+		for (; i + VS <= n; i += VS) {                                                 \
+			VU u0 = LOAD(VUS, s + i), u1 = LOAD(VUS, s + i + VS / 4);                  \
+			VU u2 = LOAD(VUS, s + i + VS / 2), u3 = LOAD(VUS, s + i + 3 * VS / 4);     \
+			VU r0, r1, r2, r3;                                                         \
+			NARROW(VU, VI, VF, u0, r0);                                                \
+			NARROW(VU, VI, VF, u1, r1);                                                \
+			NARROW(VU, VI, VF, u2, r2);                                                \
+			NARROW(VU, VI, VF, u3, r3);                                                \
+			FP8_STORE_##ISA(d + i, r0, r1, r2, r3);                                    \
+		}                                                                              \
+		for (; i < n; i++) {                                                           \
+			typedef uint32_t VU1 __attribute__((vector_size(4)));                     \
+			typedef int32_t VI1 __attribute__((vector_size(4)));                      \
+			typedef float VF1 __attribute__((vector_size(4)));                        \
+			VU1 u = {f2u(s[i])}, r;                                                    \
+			NARROW(VU1, VI1, VF1, u, r);                                               \
+			d[i] = (uint8_t)r[0];                                                      \
+		}                                                                              \
+	}
+
+// FP8_LOAD_isa(p) zero-extends the bytes at p to the 32-bit lanes of one
+// vector; FP8_STORE_isa(p, r0, r1, r2, r3) stores the low bytes of four
+// vectors' lanes (each 0..255) in order. Compilers do neither well alone.
+static inline __m128i FP8_LOAD_sse2(const uint8_t *p) {
+	int32_t v;
+	memcpy(&v, p, 4);
+	__m128i z = _mm_setzero_si128();
+	return _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(v), z), z);
+}
+#define FP8_STORE_sse2(p, r0, r1, r2, r3)                                              \
+	_mm_storeu_si128((__m128i *)(p), _mm_packus_epi16(_mm_packs_epi32((__m128i)(r0), (__m128i)(r1)), \
+	                                                  _mm_packs_epi32((__m128i)(r2), (__m128i)(r3))))
+#define FP8_LOAD_avx2(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define FP8_STORE_avx2(p, r0, r1, r2, r3)                                              \
+	_mm256_storeu_si256((__m256i *)(p),                                                \
+	                    _mm256_permutevar8x32_epi32(                                   \
+	                        _mm256_packus_epi16(_mm256_packs_epi32((__m256i)(r0), (__m256i)(r1)), \
+	                                            _mm256_packs_epi32((__m256i)(r2), (__m256i)(r3))), \
+	                        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)))
+#define FP8_LOAD_avx512(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define FP8_STORE_avx512(p, r0, r1, r2, r3)                                            \
+	do {                                                                               \
+		_mm_storeu_si128((__m128i *)(p), _mm512_cvtepi32_epi8((__m512i)(r0)));         \
+		_mm_storeu_si128((__m128i *)(p) + 1, _mm512_cvtepi32_epi8((__m512i)(r1)));     \
+		_mm_storeu_si128((__m128i *)(p) + 2, _mm512_cvtepi32_epi8((__m512i)(r2)));     \
+		_mm_storeu_si128((__m128i *)(p) + 3, _mm512_cvtepi32_epi8((__m512i)(r3)));     \
+	} while (0)
+
+// sel(m, x, y): x in the lanes where the compare mask m is set, else y.
+#define SEL(VU, m, x, y) ((((VU)(m)) & (x)) | (~((VU)(m)) & (y)))
+
+// E4M3: codes 0x08.. are normal (exponent bias 7, 3 mantissa bits), 0x7f
+// the NaN. Narrowing: magnitudes from 2^-6 up are normal.
+#define E4M3_WIDEN(VU, VI, VF, b, o)                                                   \
+	do {                                                                               \
+		VU m_ = (b) & 0x7f;                                                            \
+		VU norm_ = (m_ << 20) + (120u << 23);                                          \
+		VU sub_ = (VU)((VF)(m_ | E4M3_MAGIC) - u2f(E4M3_MAGIC));                       \
+		VU v_ = SEL(VU, (VI)m_ >= 8, norm_, sub_) | ((b) & 0x80) << 24;                \
+		(o) = SEL(VU, (VI)m_ == 0x7f, (VU){0} + 0x7fc00000u, v_);                      \
+	} while (0)
+#define E4M3_NARROW(VU, VI, VF, u, r)                                                  \
+	do {                                                                               \
+		VU a_ = (u) & 0x7fffffff;                                                      \
+		VU v_ = a_ - (120u << 23);                                                     \
+		VU norm_ = (v_ + ((1u << 19) - 1) + ((v_ >> 20) & 1)) >> 20;                   \
+		norm_ = SEL(VU, (VI)norm_ > 0x7e, (VU){0} + 0x7e, norm_);                      \
+		VU sub_ = (VU)((VF)a_ + u2f(E4M3_MAGIC)) - E4M3_MAGIC;                         \
+		VU fin_ = SEL(VU, (VI)a_ < (int32_t)(121u << 23), sub_, norm_);                     \
+		(r) = SEL(VU, (VI)a_ > 0x7f800000, (VU){0} + 0x7f, fin_) | (((u) >> 24) & 0x80); \
+	} while (0)
+
+// E5M2: codes 0x04.. are normal (bias 15, 2 mantissa bits), 0x7c the
+// infinity, 0x7d..0x7f NaNs. Narrowing: magnitudes from 2^-14 up are normal.
+#define E5M2_WIDEN(VU, VI, VF, b, o)                                                   \
+	do {                                                                               \
+		VU m_ = (b) & 0x7f;                                                            \
+		VU norm_ = SEL(VU, (VI)m_ == 0x7c, (VU){0} + 0x7f800000u, (m_ << 21) + (112u << 23)); \
+		VU sub_ = (VU)((VF)(m_ | E5M2_MAGIC) - u2f(E5M2_MAGIC));                       \
+		VU v_ = SEL(VU, (VI)m_ >= 4, norm_, sub_) | ((b) & 0x80) << 24;                \
+		(o) = SEL(VU, (VI)m_ > 0x7c, (VU){0} + 0x7fc00000u, v_);                       \
+	} while (0)
+#define E5M2_NARROW(VU, VI, VF, u, r)                                                  \
+	do {                                                                               \
+		VU a_ = (u) & 0x7fffffff;                                                      \
+		VU v_ = a_ - (112u << 23);                                                     \
+		VU norm_ = (v_ + ((1u << 20) - 1) + ((v_ >> 21) & 1)) >> 21;                   \
+		norm_ = SEL(VU, (VI)norm_ > 0x7b, (VU){0} + 0x7b, norm_);                      \
+		VU sub_ = (VU)((VF)a_ + u2f(E5M2_MAGIC)) - E5M2_MAGIC;                         \
+		VU fin_ = SEL(VU, (VI)a_ < (int32_t)(113u << 23), sub_, norm_);                     \
+		(r) = SEL(VU, (VI)a_ > 0x7f800000, (VU){0} + 0x7f, fin_) | (((u) >> 24) & 0x80); \
+	} while (0)
+
+#define FP8_CONV(ISA, ATTR, VS)                                                        \
+	FP8_CONV1(ISA, ATTR, VS, e4m3, E4M3_WIDEN, E4M3_NARROW)                            \
+	FP8_CONV1(ISA, ATTR, VS, e5m2, E5M2_WIDEN, E5M2_NARROW)                            \
+	ATTR static void scale_e4m3_##ISA(uint8_t *d, const uint8_t *s, size_t n, float c) { \
+		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
+		float t[blk];                                                                  \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			widen_e4m3_##ISA(t, s + lo, m);                                            \
+			for (size_t j = 0; j < m; j++) t[j] = t[j] * c;                            \
+			narrow_e4m3_##ISA(d + lo, t, m);                                           \
+		}                                                                              \
+	}                                                                                  \
+	ATTR static void scale_e5m2_##ISA(uint8_t *d, const uint8_t *s, size_t n, float c) { \
+		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
+		float t[blk];                                                                  \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			widen_e5m2_##ISA(t, s + lo, m);                                            \
+			for (size_t j = 0; j < m; j++) t[j] = t[j] * c;                            \
+			narrow_e5m2_##ISA(d + lo, t, m);                                           \
+		}                                                                              \
+	}
+
+#define FP8_DRIVER(ISA, ATTR, F, OPN, LOOP, AVG)                                         \
+	ATTR static void F##_##OPN##_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
+	                                   size_t n, int nranks) {                         \
+		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
+		float acc[blk], t[blk];                                                        \
+		uint8_t *d = (uint8_t *)dv;                                                    \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			widen_##F##_##ISA(acc, (const uint8_t *)srcs[0] + lo, m);                  \
+			for (int k = 1; k < nsrc; k++) {                                           \
+				widen_##F##_##ISA(t, (const uint8_t *)srcs[k] + lo, m);                \
+				f32_##LOOP##in_##ISA(acc, t, m);                                       \
+			}                                                                          \
+			if (AVG) DIVBY(float, acc, m, nranks);                                     \
+			narrow_##F##_##ISA(d + lo, acc, m);                                        \
+		}                                                                              \
+	}
+
+#define FP8_ALL(ISA, ATTR, VS)                                                         \
+	FP8_CONV(ISA, ATTR, VS)                                                            \
+	FP8_DRIVER(ISA, ATTR, e4m3, sum, sum, 0)                                           \
+	FP8_DRIVER(ISA, ATTR, e4m3, prod, prod, 0)                                         \
+	FP8_DRIVER(ISA, ATTR, e4m3, min, min, 0)                                           \
+	FP8_DRIVER(ISA, ATTR, e4m3, max, max, 0)                                           \
+	FP8_DRIVER(ISA, ATTR, e4m3, avg, sum, 1)                                           \
+	FP8_DRIVER(ISA, ATTR, e5m2, sum, sum, 0)                                           \
+	FP8_DRIVER(ISA, ATTR, e5m2, prod, prod, 0)                                         \
+	FP8_DRIVER(ISA, ATTR, e5m2, min, min, 0)                                           \
+	FP8_DRIVER(ISA, ATTR, e5m2, max, max, 0)                                           \
+	FP8_DRIVER(ISA, ATTR, e5m2, avg, sum, 1)
+
 // The 8- and 32-bit integer averages. The Go kernels divide the exact
 // sum, taken in 64 bits, truncating. Here the sum is taken in float (8-bit
 // lanes) or double (32-bit lanes), exact while it stays below 2^24 or 2^53
@@ -338,6 +532,7 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 	DRIVER(ISA, ATTR, float, f32, avg, float, f32, sum, DIVBY)                                          \
 	DRIVER(ISA, ATTR, double, f64, avg, double, f64, sum, DIVBY)                                         \
 	HALF_ALL(ISA, ATTR)                                                                \
+	FP8_ALL(ISA, ATTR, VS)                                                             \
 	IAVG_ALL(ISA, ATTR)                                                                \
 	static void (*const table_##ISA[GR_NKERNELS])(void *, const uintptr_t *, int, size_t, int) = { \
 		[GR_U8_SUM] = u8_sum_##ISA, [GR_U32_SUM] = u32_sum_##ISA, [GR_U64_SUM] = u64_sum_##ISA, \
@@ -360,7 +555,21 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 		[GR_F16_AVG] = f16_avg_##ISA,                                                  \
 		[GR_I8_AVG] = i8_avg_##ISA, [GR_U8_AVG] = u8_avg_##ISA,                         \
 		[GR_I32_AVG] = i32_avg_##ISA, [GR_U32_AVG] = u32_avg_##ISA,                     \
-	};
+		[GR_E4M3_SUM] = e4m3_sum_##ISA, [GR_E4M3_PROD] = e4m3_prod_##ISA,               \
+		[GR_E4M3_MIN] = e4m3_min_##ISA, [GR_E4M3_MAX] = e4m3_max_##ISA,                 \
+		[GR_E4M3_AVG] = e4m3_avg_##ISA,                                                \
+		[GR_E5M2_SUM] = e5m2_sum_##ISA, [GR_E5M2_PROD] = e5m2_prod_##ISA,               \
+		[GR_E5M2_MIN] = e5m2_min_##ISA, [GR_E5M2_MAX] = e5m2_max_##ISA,                 \
+		[GR_E5M2_AVG] = e5m2_avg_##ISA,                                                \
+	};                                                                                 \
+	ATTR static void fp8_##ISA(int fn, uint8_t *d, const void *s, size_t n, float c) { \
+		switch (fn) {                                                                  \
+		case GR_FP8_SCALE_E4M3: scale_e4m3_##ISA(d, (const uint8_t *)s, n, c); break;  \
+		case GR_FP8_SCALE_E5M2: scale_e5m2_##ISA(d, (const uint8_t *)s, n, c); break;  \
+		case GR_FP8_NARROW_E4M3: narrow_e4m3_##ISA(d, (const float *)s, n); break;     \
+		case GR_FP8_NARROW_E5M2: narrow_e5m2_##ISA(d, (const float *)s, n); break;     \
+		}                                                                              \
+	}
 
 ALL(sse2, , 16)
 ALL(avx2, __attribute__((target("avx2"))), 32)
@@ -379,12 +588,24 @@ void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int ns
 	}
 }
 
+void gr_fp8(int isa, int fn, uintptr_t dst, uintptr_t src, size_t n, float c) {
+	switch (isa) {
+	case GR_AVX512:
+		fp8_avx512(fn, (uint8_t *)dst, (const void *)src, n, c);
+		break;
+	case GR_AVX2:
+		fp8_avx2(fn, (uint8_t *)dst, (const void *)src, n, c);
+		break;
+	default:
+		fp8_sse2(fn, (uint8_t *)dst, (const void *)src, n, c);
+	}
+}
+
 // Copies out of the backend into a caller's buffer that the backend will
 // not read again: stores that bypass the caches, so that a large result
 // neither costs a read of the destination's old lines nor evicts the
 // staging the ranks still exchange. The fence orders them before the
 // arrival that follows.
-#include <immintrin.h>
 
 #define COPY_NT(ISA, ATTR, VS, VT, LOADU, STREAM)                                      \
 	ATTR static void copy_nt_##ISA(char *d, const char *s, size_t n) {                 \

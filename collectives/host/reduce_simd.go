@@ -26,8 +26,12 @@ const (
 )
 
 // vecMinBytes: below this a reduction stays in Go, where it costs less
-// than the cgo call.
-const vecMinBytes = 512
+// than the cgo call. The 8-bit floats' Go kernels cost several times
+// more per byte, so theirs is lower.
+const (
+	vecMinBytes    = 512
+	fp8VecMinBytes = 64
+)
 
 // bestISA is the widest instruction set this CPU and OS run.
 func bestISA() int {
@@ -79,6 +83,8 @@ var vecKernels = func() (k [collectives.NumDataTypes][collectives.NumOps]int) {
 	set(collectives.Float64, C.GR_F64_SUM, C.GR_F64_PROD, C.GR_F64_MIN, C.GR_F64_MAX, C.GR_F64_AVG)
 	set(collectives.BFloat16, C.GR_BF16_SUM, C.GR_BF16_PROD, C.GR_BF16_MIN, C.GR_BF16_MAX, C.GR_BF16_AVG)
 	set(collectives.Float16, C.GR_F16_SUM, C.GR_F16_PROD, C.GR_F16_MIN, C.GR_F16_MAX, C.GR_F16_AVG)
+	set(collectives.Float8E4M3, C.GR_E4M3_SUM, C.GR_E4M3_PROD, C.GR_E4M3_MIN, C.GR_E4M3_MAX, C.GR_E4M3_AVG)
+	set(collectives.Float8E5M2, C.GR_E5M2_SUM, C.GR_E5M2_PROD, C.GR_E5M2_MIN, C.GR_E5M2_MAX, C.GR_E5M2_AVG)
 	return k
 }()
 
@@ -91,8 +97,12 @@ func vectorize(t collectives.DataType, op collectives.Op, isa int, scalar reduce
 		return scalar
 	}
 	es := t.Size()
+	minBytes := vecMinBytes
+	if t.IsFloat8() {
+		minBytes = fp8VecMinBytes
+	}
 	return func(dst []byte, srcs [][]byte, nranks int, sc *scratch) {
-		if len(dst) < vecMinBytes || len(srcs) < 2 {
+		if len(dst) < minBytes || len(srcs) < 2 {
 			scalar(dst, srcs, nranks, sc)
 			return
 		}
@@ -108,6 +118,44 @@ func vectorize(t collectives.DataType, op collectives.Op, isa int, scalar reduce
 		runtime.KeepAlive(dst)
 		runtime.KeepAlive(srcs)
 	}
+}
+
+// fp8ISA is the instruction set of scaleFP8Vec's callers.
+var fp8ISA = bestISA()
+
+// scaleFP8Vec sets dst to src's codes times c, as scaleFP8 does, with
+// the vector conversions of isa; false where it leaves that to Go.
+func scaleFP8Vec(isa int, f fp8Format, dst, src []byte, c float32) bool {
+	if isa == isaScalar || len(src) < fp8VecMinBytes {
+		return false
+	}
+	fn := C.GR_FP8_SCALE_E4M3
+	if f.e5m2 {
+		fn = C.GR_FP8_SCALE_E5M2
+	}
+	C.gr_fp8(C.int(isa), C.int(fn), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))),
+		C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(src)))), C.size_t(len(src)), C.float(c))
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
+	return true
+}
+
+// narrowFP8Vec rounds src to codes in dst with the vector conversion of
+// isa (the Go one for isaScalar): for tests of the rounding alone.
+func narrowFP8Vec(isa int, f fp8Format, dst []byte, src []float32) {
+	fn := C.GR_FP8_NARROW_E4M3
+	if f.e5m2 {
+		fn = C.GR_FP8_NARROW_E5M2
+	}
+	if isa == isaScalar || len(src) == 0 {
+		f.narrowTo(dst, src)
+		return
+	}
+	dst = dst[:len(src)]
+	C.gr_fp8(C.int(isa), C.int(fn), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))),
+		C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(src)))), C.size_t(len(src)), 0)
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
 }
 
 // copyISA is the instruction set of copyNT.

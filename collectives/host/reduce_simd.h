@@ -16,6 +16,8 @@ enum {
 	GR_BF16_SUM, GR_BF16_PROD, GR_BF16_MIN, GR_BF16_MAX, GR_BF16_AVG,
 	GR_F16_SUM, GR_F16_PROD, GR_F16_MIN, GR_F16_MAX, GR_F16_AVG,
 	GR_I8_AVG, GR_U8_AVG, GR_I32_AVG, GR_U32_AVG,
+	GR_E4M3_SUM, GR_E4M3_PROD, GR_E4M3_MIN, GR_E4M3_MAX, GR_E4M3_AVG,
+	GR_E5M2_SUM, GR_E5M2_PROD, GR_E5M2_MIN, GR_E5M2_MAX, GR_E5M2_AVG,
 	GR_NKERNELS
 };
 
@@ -23,6 +25,13 @@ enum {
 // elements (nsrc >= 2; only srcs[0] may be dst), then for avg divides by
 // nranks.
 void gr_reduce(int isa, int kernel, uintptr_t dst, const uintptr_t *srcs, int nsrc, size_t n, int nranks);
+
+// The 8-bit float conversions of gr_fp8: scale sets the n codes of dst
+// to the codes of src times c (PreMulSum's products); narrow rounds n
+// floats at src to codes (for tests).
+enum { GR_FP8_SCALE_E4M3, GR_FP8_SCALE_E5M2, GR_FP8_NARROW_E4M3, GR_FP8_NARROW_E5M2 };
+
+void gr_fp8(int isa, int fn, uintptr_t dst, uintptr_t src, size_t n, float c);
 
 // gr_copy_nt copies n bytes from src to dst (not overlapping) with stores
 // that bypass the caches, then fences them.

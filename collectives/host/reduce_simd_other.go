@@ -18,3 +18,11 @@ func vectorize(_ collectives.DataType, _ collectives.Op, _ int, scalar reduceFun
 
 // copyNT is a plain copy without the vector kernels.
 func copyNT(dst, src []byte) { copy(dst, src) }
+
+// fp8ISA is the instruction set of scaleFP8Vec's callers: none here.
+const fp8ISA = isaScalar
+
+func scaleFP8Vec(_ int, _ fp8Format, _, _ []byte, _ float32) bool { return false }
+
+// narrowFP8Vec is the Go rounding here (tests call it on every build).
+func narrowFP8Vec(_ int, f fp8Format, dst []byte, src []float32) { f.narrowTo(dst, src) }

@@ -34,6 +34,13 @@ import (
 //	        ...", "SHRINKING", then "SHRUNK t= rank= size=" or
 //	        "SHRINKFAIL ... err="; with FAULTS_RETRY=1 a Shrink that fails
 //	        naming a rank is tried once more without that rank too
+//	splitshrink  Split into one child (keys the parent ranks), checked
+//	        AllReduces on the child until one fails (the test kills a
+//	        rank), then with FAULTS_CLOSE=parent: close the parent, Shrink
+//	        the child without FAULTS_EXCLUDE; with FAULTS_CLOSE=child:
+//	        Shrink the child, close the child, Shrink the parent; checked
+//	        AllReduces on what Shrink made; prints "SHRUNK t= rank= size="
+//	        per Shrink (of= child or parent)
 //
 // then "OK" and, after closing everything, "LEAK ...". FAULTS_HANG=1 makes
 // the rank block where it would call Split or Shrink (prints "HANGING"),
@@ -60,6 +67,8 @@ func splitMain() int {
 		code = splitScenario(ctx, c)
 	case "shrink":
 		code = shrinkScenario(ctx, c)
+	case "splitshrink":
+		code = splitShrinkScenario(ctx, c)
 	default:
 		fmt.Println("unknown FAULTS_SCENARIO")
 		code = 99
@@ -145,6 +154,41 @@ func shrinkScenario(ctx context.Context, c *comm.Comm) int {
 	err = errors.Join(err, child.Close())
 	if err != nil {
 		fmt.Println(report("FAILED", err))
+		return 1
+	}
+	fmt.Println("OK")
+	return 0
+}
+
+func splitShrinkScenario(ctx context.Context, c *comm.Comm) int {
+	child, err := c.Split(ctx, 0, c.Rank(), comm.Options{})
+	if err != nil {
+		fmt.Println(report("SPLITFAIL", err))
+		return 1
+	}
+	err = checkedLoop(ctx, child, 0, 0)
+	fmt.Println(report("FAILED", err))
+	exclude := []int{envInt("FAULTS_EXCLUDE", -1)}
+	shrink := func(what string, x *comm.Comm) error {
+		fmt.Println("SHRINKING of=" + what)
+		s, err := x.Shrink(ctx, exclude, comm.Options{})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("SHRUNK t=%d rank=%d size=%d of=%s\n", time.Now().UnixNano(), s.Rank(), s.Size(), what)
+		return errors.Join(checkedLoop(ctx, s, 10, 3), s.Close())
+	}
+	if os.Getenv("FAULTS_CLOSE") == "parent" {
+		err = errors.Join(c.Close(), shrink("child", child), child.Close())
+	} else {
+		err = shrink("child", child)
+		err = errors.Join(err, child.Close())
+		if err == nil {
+			err = shrink("parent", c)
+		}
+	}
+	if err != nil {
+		fmt.Println(report("SHRINKFAIL", err))
 		return 1
 	}
 	fmt.Println("OK")
@@ -311,6 +355,53 @@ func TestShrinkLowestSurvivorKilled(t *testing.T) {
 		assert.Equal(t, 0, p.exitCode(t, 10*time.Second))
 	}
 	t.Logf("worst time from rank 1's death to the others' Shrink error: %v", worstErr)
+}
+
+// SIGKILL one rank while the others loop on a Split child: the survivors
+// Shrink the child after closing the parent, or Shrink the child, close
+// it and Shrink the parent. Either communicator's Shrink goes through the
+// one rescue listener each rank opened for the parent, which outlives
+// whichever of the two closes first.
+func TestShrinkOfSplitChildAfterKill(t *testing.T) {
+	const nranks, victim = 4, 2
+	for _, closeFirst := range []string{"parent", "child"} {
+		t.Run("close "+closeFirst+" first", func(t *testing.T) {
+			j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=splitshrink", "FAULTS_EXCLUDE=" + strconv.Itoa(victim),
+				"FAULTS_CLOSE=" + closeFirst, "GOCCL_TIMEOUT=60s"}, nil)
+			for _, p := range j.ranks {
+				p.expect(t, "ITER0", 30*time.Second)
+			}
+			time.Sleep(50 * time.Millisecond)
+			t0 := time.Now()
+			require.NoError(t, j.ranks[victim].cmd.Process.Signal(syscall.SIGKILL))
+			fs := j.survivors(t, victim, "FAILED", t0, 10*time.Second)
+			for _, f := range fs {
+				assert.Equal(t, strconv.Itoa(victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
+			}
+			whats := []string{"child"}
+			if closeFirst == "child" {
+				whats = append(whats, "parent")
+			}
+			for r, p := range j.ranks {
+				if r == victim {
+					continue
+				}
+				want := r
+				if r > victim {
+					want--
+				}
+				for _, what := range whats {
+					l := p.expect(t, "SHRUNK", 30*time.Second)
+					assert.Equal(t, what, field(l, "of"), l)
+					assert.Equal(t, strconv.Itoa(want), field(l, "rank"), "survivors numbered in parent order: %s", l)
+					assert.Equal(t, "3", field(l, "size"), l)
+				}
+				p.expect(t, "OK", 60*time.Second)
+				assert.Equal(t, "LEAK fds=0 maps=0 goroutines=0 socks=0", p.expect(t, "LEAK", 10*time.Second), "rank %d after Close", r)
+				assert.Equal(t, 0, p.exitCode(t, 10*time.Second))
+			}
+		})
+	}
 }
 
 // startSplitJob starts nranks split children of one unique id.
