@@ -85,8 +85,10 @@ func TestGPUP2PGraphReplay(t *testing.T) {
 	const count = 100003
 	r := newRig(t, n, 2*(4*count+guard+16))
 	execs := make([]cuda.GraphExec, n)
+	// Relaxed: the ranks share this thread, and instantiating one rank's
+	// graph while another's capture is open is refused in the stricter modes.
 	for rank, be := range r.bes {
-		require.NoError(t, r.drv.StreamBeginCapture(be.ctx, r.streams[rank], cuda.CaptureThreadLocal))
+		require.NoError(t, r.drv.StreamBeginCapture(be.ctx, r.streams[rank], cuda.CaptureRelaxed))
 	}
 	r.p2pRing(t, collectives.Float32, count, 0, true)
 	for rank := range r.bes {

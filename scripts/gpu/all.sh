@@ -45,7 +45,7 @@ part() {
 }
 
 # nccl-tests compile on the CPUs while the kernels do.
-if [ -z "${GOCCL_ALL_STEPS:-}" ] || grep -qE -- "$GOCCL_ALL_STEPS" <<<capi; then
+if [ -z "${GOCCL_ALL_STEPS:-}" ] || grep -qE -- "$GOCCL_ALL_STEPS" <<<"C API (capi.sh)"; then
   GOCCL_CAPI_TORCH=0 GOCCL_CAPI_STEPS='^$' OUT=$LOGS/prebuild bash "$HERE/capi.sh" >"$LOGS/nccl-tests-build.log" 2>&1 &
   prebuild=$!
 fi
