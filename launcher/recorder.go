@@ -158,16 +158,7 @@ func summarize(sent map[string][]*recorder.Record, dir string, since time.Time, 
 	var out []string
 	for _, id := range ids {
 		rs := all[id]
-		at := int64(0)
-		for _, rec := range rs {
-			if rec != nil {
-				at = max(at, rec.Written)
-			}
-		}
-		when := time.Now()
-		if at > 0 {
-			when = time.Unix(0, at)
-		}
+		when := recorder.LastWritten(rs, time.Now())
 		var g map[int]string
 		if len(rs) == np {
 			// The job's ranks are this communicator's (its world).

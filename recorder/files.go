@@ -88,6 +88,21 @@ func ReadDir(dir string) (map[string][]*Record, error) {
 	return out, nil
 }
 
+// LastWritten is when the newest of rs was written, else otherwise: the
+// moment a communicator's waits are told as of.
+func LastWritten(rs []*Record, otherwise time.Time) time.Time {
+	at := int64(0)
+	for _, rec := range rs {
+		if rec != nil {
+			at = max(at, rec.Written)
+		}
+	}
+	if at == 0 {
+		return otherwise
+	}
+	return time.Unix(0, at)
+}
+
 // Summaries explains every communicator of dir with records written
 // since then, one line each, prefixed with the communicator's id when
 // there are several. Waits are told as of the last record written.
@@ -115,17 +130,7 @@ func Summaries(dir string, since, now time.Time) ([]string, error) {
 	var out []string
 	for _, id := range ids {
 		rs := all[id]
-		at := int64(0)
-		for _, rec := range rs {
-			if rec != nil {
-				at = max(at, rec.Written)
-			}
-		}
-		when := now
-		if at > 0 {
-			when = time.Unix(0, at)
-		}
-		line := Explain(len(rs), rs, when)
+		line := Explain(len(rs), rs, LastWritten(rs, now))
 		if len(ids) > 1 {
 			line = "communicator " + id + ": " + line
 		}

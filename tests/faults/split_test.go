@@ -263,16 +263,7 @@ func TestShrinkAfterKill(t *testing.T) {
 	for _, victim := range []int{1, 0} {
 		t.Run(fmt.Sprintf("victim=%d", victim), func(t *testing.T) {
 			j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=shrink", "FAULTS_EXCLUDE=" + strconv.Itoa(victim), "GOCCL_TIMEOUT=60s"}, nil)
-			for _, p := range j.ranks {
-				p.expect(t, "ITER0", 30*time.Second)
-			}
-			time.Sleep(50 * time.Millisecond)
-			t0 := time.Now()
-			require.NoError(t, j.ranks[victim].cmd.Process.Signal(syscall.SIGKILL))
-			fs := j.survivors(t, victim, "FAILED", t0, 10*time.Second)
-			for _, f := range fs {
-				assert.Equal(t, strconv.Itoa(victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
-			}
+			t0, fs := killOnceRunning(t, j, victim)
 			var worstShrink time.Duration
 			seen := map[string]bool{}
 			for r, p := range j.ranks {
@@ -368,16 +359,7 @@ func TestShrinkOfSplitChildAfterKill(t *testing.T) {
 		t.Run("close "+closeFirst+" first", func(t *testing.T) {
 			j := startSplitJob(t, nranks, []string{"FAULTS_SCENARIO=splitshrink", "FAULTS_EXCLUDE=" + strconv.Itoa(victim),
 				"FAULTS_CLOSE=" + closeFirst, "GOCCL_TIMEOUT=60s"}, nil)
-			for _, p := range j.ranks {
-				p.expect(t, "ITER0", 30*time.Second)
-			}
-			time.Sleep(50 * time.Millisecond)
-			t0 := time.Now()
-			require.NoError(t, j.ranks[victim].cmd.Process.Signal(syscall.SIGKILL))
-			fs := j.survivors(t, victim, "FAILED", t0, 10*time.Second)
-			for _, f := range fs {
-				assert.Equal(t, strconv.Itoa(victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
-			}
+			killOnceRunning(t, j, victim)
 			whats := []string{"child"}
 			if closeFirst == "child" {
 				whats = append(whats, "parent")
@@ -405,6 +387,24 @@ func TestShrinkOfSplitChildAfterKill(t *testing.T) {
 }
 
 // startSplitJob starts nranks split children of one unique id.
+// killOnceRunning SIGKILLs victim once every rank has run its first
+// iteration and checks that each survivor's failure names it; it returns
+// the moment of the kill and the survivors' failures.
+func killOnceRunning(t *testing.T, j *job, victim int) (time.Time, []failure) {
+	t.Helper()
+	for _, p := range j.ranks {
+		p.expect(t, "ITER0", 30*time.Second)
+	}
+	time.Sleep(50 * time.Millisecond)
+	t0 := time.Now()
+	require.NoError(t, j.ranks[victim].cmd.Process.Signal(syscall.SIGKILL))
+	fs := j.survivors(t, victim, "FAILED", t0, 10*time.Second)
+	for _, f := range fs {
+		assert.Equal(t, strconv.Itoa(victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
+	}
+	return t0, fs
+}
+
 func startSplitJob(t *testing.T, nranks int, env []string, extra map[int][]string) *job {
 	t.Helper()
 	return startChildren(t, "split", nranks, nil, env, extra)
