@@ -45,10 +45,13 @@ type Comm struct {
 	rec *recorder.Ring // the flight recorder; nil when off
 	obs *observer      // its files and registration (record.go)
 
-	abortErr  atomic.Pointer[error]
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	abortErr atomic.Pointer[error]
+	// explainedAbort is the abort's error with the flight recorder's line
+	// (record.go), which every later call returns too.
+	explainedAbort atomic.Pointer[explained]
+	closed         atomic.Bool
+	closeOnce      sync.Once
+	closeErr       error
 }
 
 // Rank is this communicator's rank.
@@ -78,6 +81,9 @@ func (c *Comm) PIDs() []int32 { return c.boot.PIDs() }
 // error wrapping ErrAborted (naming the failed rank) or ErrClosed.
 func (c *Comm) Err() error {
 	if p := c.abortErr.Load(); p != nil {
+		if e := c.explainedAbort.Load(); e != nil {
+			return e
+		}
 		return *p
 	}
 	if c.closed.Load() {

@@ -250,7 +250,11 @@ func (c *Comm) explainFailure(ctx context.Context, orig, ret error) error {
 		return ret
 	}
 	c.log.Error("goccl: flight recorder", "rank", c.rank, "summary", line)
-	return &explained{err: ret, line: line}
+	e := &explained{err: ret, line: line}
+	if c.abortErr.Load() != nil {
+		c.explainedAbort.CompareAndSwap(nil, e)
+	}
+	return e
 }
 
 // isCallMismatch reports whether every rank failed the call for meeting

@@ -322,6 +322,10 @@ func TestRecorderNamesRecv(t *testing.T) {
 	assert.Contains(t, msg, "flight recorder: rank 0 waits in a Recv from rank 1 (int32, 4 MiB)")
 	assert.Contains(t, msg, fmt.Sprintf("rank 1's last call: AllReduce #%d, finished, then it closed its communicator", calls))
 	assert.NotContains(t, msg, "no rank is in a call")
+	// A later call fails at once, with the same explanation.
+	later := comms[0].AllReduce(context.Background(), uintptr(unsafe.Pointer(&small[0][0])), uintptr(unsafe.Pointer(&small[0][0])), 16, Float32, Sum, 0)
+	require.ErrorIs(t, later, ErrPeerClosed)
+	assert.Contains(t, later.Error(), "flight recorder: rank 0 waits in a Recv from rank 1 (int32, 4 MiB)")
 	rec := comms[0].Record()
 	require.Len(t, rec.Calls, calls+1)
 	got := rec.Calls[calls]
