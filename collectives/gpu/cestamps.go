@@ -2,7 +2,7 @@ package gpu
 
 import "github.com/goccl/goccl/internal/cuda"
 
-// Device timestamps for the copy-engine calls (ce.go, celand.go,
+// GPU timestamps for the copy-engine calls (ce.go, celand.go,
 // cereduce.go). A copy engine has no clock to read, so the call's Stamp
 // is written by a stamp launched on the user's stream: one before the
 // call's first operation there (its start, once the stream reaches the
@@ -13,7 +13,7 @@ import "github.com/goccl/goccl/internal/cuda"
 // launched and the path costs one comparison.
 //
 // ceStampLaunch enqueues the stamp (goccl_stamp, stamps.go); a failed
-// stamp leaves the call without device times and the call goes on (the
+// stamp leaves the call without GPU timestamps and the call goes on (the
 // record is for people, the copies are the job).
 
 // Which of a call's times a stamp stores.
