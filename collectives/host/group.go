@@ -126,12 +126,15 @@ func (b *backend) runPairs(ctx context.Context, g *collectives.Group) error {
 		}
 		if moved {
 			w = idleWait{}
+			b.clearWait()
 			continue
 		}
 		if err := b.idle(ctx, &w, bell, st); err != nil {
+			b.clearWait()
 			return err
 		}
 	}
+	b.clearWait()
 	for i := range st {
 		if st[i].err != nil {
 			return errors.Join(st[i].err, b.lateMismatch())
@@ -186,9 +189,14 @@ func (b *backend) idle(ctx context.Context, w *idleWait, bell uint32, st []pendi
 	if w.start.IsZero() {
 		w.start, w.nap = now, minNap
 	}
+	b.publishWait(st, w.start, now)
 	left := w.start.Add(b.cfg.Timeout).Sub(now)
 	if left <= 0 {
-		return b.fail(b.stuck(st))
+		err := b.stuck(st)
+		if q := firstWaited(st, b); q >= 0 {
+			err = b.chainedStuck(err, q, w.start)
+		}
+		return b.fail(err)
 	}
 	if now.Sub(w.start) < b.napFor {
 		time.Sleep(min(w.nap, left))
@@ -219,6 +227,17 @@ func (b *backend) closedPeer(st []pending) (int, *pending) {
 		}
 	}
 	return -1, nil
+}
+
+// firstWaited is the peer of the first operation that could not finish
+// (the one stuck names), or -1.
+func firstWaited(st []pending, b *backend) int {
+	for i := range st {
+		if o := &st[i]; !o.done && b.p2p.active(o) {
+			return o.op.Peer
+		}
+	}
+	return -1
 }
 
 // stuck is the timeout error, naming the peer of the first operation that

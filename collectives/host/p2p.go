@@ -124,6 +124,7 @@ type pairs struct {
 	inFlight                             int        // eager messages queued, over all peers
 	late                                 error      // the first mismatch of an eager Send not yet returned
 	eagerBytes                           int        // the largest eager Send
+	waiting                              bool       // this rank's wait is published (waitchain.go)
 	ops                                  []pending  // reused by every group
 	kind                                 collectives.GroupKind
 	gseq                                 uint64 // the running group's kind and call number

@@ -146,8 +146,13 @@ func TestStopDuringCollective(t *testing.T) {
 		// The host backend's wait bound, heartbeat far longer.
 		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 8 * time.Second, true},
 		// A ring exchange: the stopped rank's neighbours wait on it in a
-		// Send and a Recv, each bounded by the same timeout.
-		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 8 * time.Second, true},
+		// Send (4 MiB, past the ring: a rendezvous) and a Recv, each
+		// bounded by the same timeout.
+		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=1048576"}, 1, 8 * time.Second, true},
+		// Eager Sends (400 KB): rank 0's Send to the stopped rank 1
+		// completes and rank 0 waits for rank 2, which waits for rank 1;
+		// rank 0's timeout follows that chain to rank 1.
+		{"sendrecv-eager-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 8 * time.Second, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
