@@ -74,3 +74,29 @@ func TestGPUP2PStamps(t *testing.T) {
 		assert.LessOrEqual(t, start, end, "rank %d", rank)
 	}
 }
+
+// TestGPUCopyEngineStamps: a Broadcast into a registered buffer on the
+// copy engines, with the recorder on, is timed by the goccl_stamp
+// launches around its copies: both times stored, in order, inside the
+// CUDA events recorded around the call.
+func TestGPUCopyEngineStamps(t *testing.T) {
+	const capBytes = 8 << 20
+	r := stampRig(t, 1, stampSlots, capBytes)
+	r.requireCE(t)
+	recv := r.registeredRecv(t, capBytes)
+	be := r.bes[0]
+	require.NotZero(t, be.stamps.fn, "the fatbin lacks goccl_stamp (kernels/stamp.cu)")
+	be.forced = collectives.CopyEngine
+	const seq = 41
+	e0 := r.event(t, 0)
+	a := collectives.Args{Coll: collectives.Broadcast, Send: uintptr(r.send[0]), Recv: uintptr(recv[0]), Count: 4 << 20,
+		Type: collectives.Int8, Stream: uintptr(r.streams[0]), Seq: seq}
+	require.NoError(t, be.Run(context.Background(), &a))
+	e1 := r.event(t, 0)
+	r.sync(t)
+	assert.Equal(t, collectives.CopyEngine, be.LastPath().Algo, "the call took the copy engines")
+	start, end, ok := be.CallTimes(seq)
+	require.True(t, ok, "the copy-engine call's times are stored")
+	assert.Less(t, start, end, "4 MiB of copies lie between them")
+	assert.LessOrEqual(t, end-start, int64(elapsed(t, r.drv, e0, e1)+stampTol), "inside the events around the call")
+}
