@@ -64,6 +64,21 @@ func ceAt1MiB(t *testing.T) {
 	t.Setenv(EnvTune, "ce.broadcast=1M,ce.all_gather=1M,ce.all_reduce=1M,ce.reduce_scatter=1M")
 }
 
+// registerAt4G registers 8 MiB at 0x4000_0000 (rank r's copy at
+// rankAddr) on every rank of bes.
+func registerAt4G(t *testing.T, bes []*Backend) []collectives.Registration {
+	t.Helper()
+	regs := make([]collectives.Registration, len(bes))
+	for r, err := range together(len(bes), func(r int) error {
+		var err error
+		regs[r], err = bes[r].Register(context.Background(), rankAddr(0x4000_0000, r), 8<<20)
+		return err
+	}) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return regs
+}
+
 func together(n int, f func(r int) error) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -481,14 +496,7 @@ func TestRegistrationMustBeSymmetric(t *testing.T) {
 	})
 	t.Run("symmetric register then close", func(t *testing.T) {
 		bes, drvs, maps := newFakeBackends(t, 2, Config{})
-		regs := make([]collectives.Registration, 2)
-		for r, err := range together(2, func(r int) error {
-			var err error
-			regs[r], err = bes[r].Register(context.Background(), rankAddr(0x4000_0000, r), 8<<20)
-			return err
-		}) {
-			require.NoError(t, err, "rank %d", r)
-		}
+		regs := registerAt4G(t, bes)
 		args := func(r int) collectives.Args {
 			return collectives.Args{Coll: collectives.Broadcast, Send: rankAddr(0x4000_0000, r), Recv: rankAddr(0x4000_0000, r),
 				Count: 2 << 20, Type: collectives.Float32, Stream: uintptr(userStream)}

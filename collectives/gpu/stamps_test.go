@@ -102,14 +102,7 @@ func TestStampsCopyEnginesStoreNothing(t *testing.T) {
 	t.Cleanup(func() { ceStampLaunch = old })
 	ceStampLaunch = func(*Backend, cuda.Stream, uint64, uint64, int) error { return nil }
 	bes, drvs, _ := newFakeBackends(t, 2, Config{Stamps: 16})
-	regs := make([]collectives.Registration, 2)
-	for r, err := range together(2, func(r int) error {
-		var err error
-		regs[r], err = bes[r].Register(context.Background(), rankAddr(0x4000_0000, r), 8<<20)
-		return err
-	}) {
-		require.NoError(t, err, "rank %d", r)
-	}
+	registerAt4G(t, bes)
 	args := func(r int) collectives.Args {
 		return collectives.Args{Coll: collectives.Broadcast, Send: rankAddr(0x4000_0000, r), Recv: rankAddr(0x4000_0000, r),
 			Count: 2 << 20, Type: collectives.Float32, Stream: uintptr(userStream), Seq: 7}

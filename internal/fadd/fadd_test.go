@@ -14,60 +14,44 @@ var specials32 = []uint32{0x7fc00000, 0xffc00001, 0x7f800001, 0x7fa5a5a5, 0x7f80
 var specials64 = []uint64{0x7ff8000000000000, 0xfff8000000000001, 0x7ff0000000000001, 0x7ff0000000000000,
 	0xfff0000000000000, 0, 1 << 63, 1, 1<<63 | 1, 0x000fffffffffffff, 0x7fefffffffffffff, 0x3ff0000000000000}
 
-// TestF32 and TestF64: the bits of Go's loop at every length up to 70
-// (each path of the unrolled loops and their tails), special values
-// (NaNs of several payloads on either side, infinities, signed zeros,
-// denormals, extremes) against every other, and nothing past d's end.
-func TestF32(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+// checkSums: the bits of Go's loop at every length up to 70 (each path of
+// the unrolled loops and their tails), special values (NaNs of several
+// payloads on either side, infinities, signed zeros, denormals, extremes)
+// against every other, and nothing past d's end.
+func checkSums[F float32 | float64, B uint32 | uint64](t *testing.T, rng *rand.Rand, specials []B,
+	fromBits func(B) F, toBits func(F) B, sum func(d, x, y []F)) {
+	t.Helper()
+	poison := B(0xa5a5a5a5a5a5a5a5 & uint64(^B(0)))
 	for n := 0; n <= 70; n++ {
-		x, y := make([]float32, n), make([]float32, n)
+		x, y := make([]F, n), make([]F, n)
 		for i := range x {
-			x[i], y[i] = float32(rng.NormFloat64()*1e3), float32(rng.NormFloat64())
-			if i < len(specials32)*len(specials32) {
-				x[i] = math.Float32frombits(specials32[i%len(specials32)])
-				y[i] = math.Float32frombits(specials32[(i/len(specials32)+i)%len(specials32)])
+			x[i], y[i] = F(rng.NormFloat64()*1e3), F(rng.NormFloat64())
+			if i < len(specials)*len(specials) {
+				x[i] = fromBits(specials[i%len(specials)])
+				y[i] = fromBits(specials[(i/len(specials)+i)%len(specials)])
 			}
 		}
-		got := make([]float32, n+3)
+		got := make([]F, n+3)
 		for i := range got {
-			got[i] = math.Float32frombits(0xa5a5a5a5)
+			got[i] = fromBits(poison)
 		}
-		F32(got[:n], x, y)
+		sum(got[:n], x, y)
 		for i := 0; i < n; i++ {
 			want := x[i] + y[i]
-			require.Equal(t, math.Float32bits(want), math.Float32bits(got[i]), "n %d element %d: %v + %v", n, i, x[i], y[i])
+			require.Equal(t, toBits(want), toBits(got[i]), "n %d element %d: %v + %v", n, i, x[i], y[i])
 		}
 		for i := n; i < len(got); i++ {
-			require.Equal(t, uint32(0xa5a5a5a5), math.Float32bits(got[i]), "n %d: element %d past the end", n, i)
+			require.Equal(t, poison, toBits(got[i]), "n %d: element %d past the end", n, i)
 		}
 	}
 }
 
+func TestF32(t *testing.T) {
+	checkSums(t, rand.New(rand.NewPCG(1, 2)), specials32, math.Float32frombits, math.Float32bits, F32)
+}
+
 func TestF64(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for n := 0; n <= 70; n++ {
-		x, y := make([]float64, n), make([]float64, n)
-		for i := range x {
-			x[i], y[i] = rng.NormFloat64()*1e3, rng.NormFloat64()
-			if i < len(specials64)*len(specials64) {
-				x[i] = math.Float64frombits(specials64[i%len(specials64)])
-				y[i] = math.Float64frombits(specials64[(i/len(specials64)+i)%len(specials64)])
-			}
-		}
-		got := make([]float64, n+3)
-		for i := range got {
-			got[i] = math.Float64frombits(0xa5a5a5a5a5a5a5a5)
-		}
-		F64(got[:n], x, y)
-		for i := 0; i < n; i++ {
-			want := x[i] + y[i]
-			require.Equal(t, math.Float64bits(want), math.Float64bits(got[i]), "n %d element %d: %v + %v", n, i, x[i], y[i])
-		}
-		for i := n; i < len(got); i++ {
-			require.Equal(t, uint64(0xa5a5a5a5a5a5a5a5), math.Float64bits(got[i]), "n %d: element %d past the end", n, i)
-		}
-	}
+	checkSums(t, rand.New(rand.NewPCG(3, 4)), specials64, math.Float64frombits, math.Float64bits, F64)
 }
 
 // TestShort: a source shorter than d leaves d untouched.
