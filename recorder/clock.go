@@ -61,13 +61,34 @@ func newClock(tsc bool) clock {
 		return clock{read: nanotime, mul: 1 << 32, tick0: nanotime(), wall0: now}
 	}
 	c := clock{read: rdtsc}
-	t0, w0 := rdtsc(), time.Now()
+	t0, w0 := c.pair()
 	for time.Since(w0) < calibration {
 	}
-	t1, w1 := rdtsc(), time.Now()
+	t1, w1 := c.pair()
 	c.mul = rate(w1.Sub(w0), t1-t0)
 	c.tick0, c.wall0 = t0, w0
 	return c
+}
+
+// pair reads the counter and the wall clock together: of a few tries the
+// one whose two counter reads around the wall clock's lie closest, so that
+// a preemption between the reads (a loaded machine) does not skew the rate
+// by its length.
+func (c *clock) pair() (int64, time.Time) {
+	var (
+		best  int64 = -1
+		tick  int64
+		wallT time.Time
+	)
+	for range 5 {
+		a := c.read()
+		w := time.Now()
+		b := c.read()
+		if span := b - a; best < 0 || span < best {
+			best, tick, wallT = span, a+span/2, w
+		}
+	}
+	return tick, wallT
 }
 
 // rate is d/ticks in 32.32 fixed point.
@@ -99,7 +120,7 @@ type wallConv struct {
 }
 
 func (c *clock) wall() wallConv {
-	t1, w1 := c.read(), time.Now()
+	t1, w1 := c.pair()
 	mul := c.mul
 	if d := w1.Sub(c.wall0); d > 100*calibration {
 		mul = rate(d, t1-c.tick0)
@@ -107,24 +128,26 @@ func (c *clock) wall() wallConv {
 	return wallConv{tick0: c.tick0, wall0: c.wall0.UnixNano(), mul: mul}
 }
 
-// ticksAt converts wall-clock nanoseconds to ticks, at the calibrated
-// rate (GPU timestamps are wall-clock).
-func (c *clock) ticksAt(wallNs int64) int64 {
-	d := wallNs - c.wall0.UnixNano()
+// ticks converts wall-clock nanoseconds to ticks, the inverse of at at the
+// same rate (GPU timestamps are wall-clock): a time converted and read back
+// through one conversion comes back to the nanosecond, whatever the error
+// of the short calibration.
+func (w wallConv) ticks(wallNs int64) int64 {
+	d := wallNs - w.wall0
 	// ticks = d / (mul / 2^32)
 	neg := d < 0
 	if neg {
 		d = -d
 	}
 	hi, lo := bits.Mul64(uint64(d), 1<<32)
-	if hi >= c.mul {
-		return c.tick0 // out of range: centuries away
+	if w.mul == 0 || hi >= w.mul {
+		return w.tick0 // out of range: centuries away
 	}
-	q, _ := bits.Div64(hi, lo, c.mul)
+	q, _ := bits.Div64(hi, lo, w.mul)
 	if neg {
-		return c.tick0 - int64(q)
+		return w.tick0 - int64(q)
 	}
-	return c.tick0 + int64(q)
+	return w.tick0 + int64(q)
 }
 
 func (w wallConv) at(t int64) int64 {

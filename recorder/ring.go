@@ -413,7 +413,7 @@ func (r *Ring) Resolve(dc DeviceClock) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := r.clk
+	w := r.clk.wall()
 	for i := range r.ents {
 		e := &r.ents[i]
 		if e.seq == 0 || (e.state != Enqueued && e.runs == 0) {
@@ -431,7 +431,7 @@ func (r *Ring) Resolve(dc DeviceClock) {
 		if !ok || f < s || (e.runs > 0 && s == e.dev) {
 			continue
 		}
-		e.beg, e.fin, e.state, e.dev = c.ticksAt(s), c.ticksAt(f), Finished, s
+		e.beg, e.fin, e.state, e.dev = w.ticks(s), w.ticks(f), Finished, s
 		e.runs++
 		r.stats.add(e.kind, e.bytes, f-s)
 	}
