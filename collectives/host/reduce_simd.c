@@ -204,23 +204,34 @@ static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 		}                                                                              \
 	}
 
-#define HALF_DRIVER(ISA, ATTR, H, OPN, LOOP, AVG)                                        \
-	ATTR static void H##_##OPN##_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
+// A reduction of a type F narrower than float32 (elements of type ET):
+// each block is widened to float32, reduced there, divided for avg and
+// narrowed once.
+#define WIDE_DRIVER(ISA, ATTR, F, ET, OPN, LOOP, AVG)                                    \
+	ATTR static void F##_##OPN##_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
 	                                   size_t n, int nranks) {                         \
 		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
 		float acc[blk], t[blk];                                                        \
-		uint16_t *d = (uint16_t *)dv;                                                  \
+		ET *d = (ET *)dv;                                                              \
 		for (size_t lo = 0; lo < n; lo += blk) {                                       \
 			size_t m = n - lo < blk ? n - lo : blk;                                    \
-			widen_##H##_##ISA(acc, (const uint16_t *)srcs[0] + lo, m);                 \
+			widen_##F##_##ISA(acc, (const ET *)srcs[0] + lo, m);                       \
 			for (int k = 1; k < nsrc; k++) {                                           \
-				widen_##H##_##ISA(t, (const uint16_t *)srcs[k] + lo, m);               \
+				widen_##F##_##ISA(t, (const ET *)srcs[k] + lo, m);                     \
 				f32_##LOOP##in_##ISA(acc, t, m);                                       \
 			}                                                                          \
 			if (AVG) DIVBY(float, acc, m, nranks);                                     \
-			narrow_##H##_##ISA(d + lo, acc, m);                                        \
+			narrow_##F##_##ISA(d + lo, acc, m);                                        \
 		}                                                                              \
 	}
+
+// The five ops of such a type.
+#define WIDE_OPS(ISA, ATTR, F, ET)                                                     \
+	WIDE_DRIVER(ISA, ATTR, F, ET, sum, sum, 0)                                         \
+	WIDE_DRIVER(ISA, ATTR, F, ET, prod, prod, 0)                                       \
+	WIDE_DRIVER(ISA, ATTR, F, ET, min, min, 0)                                         \
+	WIDE_DRIVER(ISA, ATTR, F, ET, max, max, 0)                                         \
+	WIDE_DRIVER(ISA, ATTR, F, ET, avg, sum, 1)
 
 // The 8-bit float types, as the 16-bit ones: each block is widened to
 // float32, reduced there, divided for avg and narrowed once. Widening is
@@ -359,60 +370,29 @@ static inline __m128i FP8_LOAD_sse2(const uint8_t *p) {
 		(r) = SEL(VU, (VI)a_ > 0x7f800000, (VU){0} + 0x7f, fin_) | (((u) >> 24) & 0x80); \
 	} while (0)
 
+// PreMulSum's scaling of one 8-bit float type F, through float32.
+#define FP8_SCALE(ISA, ATTR, F)                                                        \
+	ATTR static void scale_##F##_##ISA(uint8_t *d, const uint8_t *s, size_t n, float c) { \
+		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
+		float t[blk];                                                                  \
+		for (size_t lo = 0; lo < n; lo += blk) {                                       \
+			size_t m = n - lo < blk ? n - lo : blk;                                    \
+			widen_##F##_##ISA(t, s + lo, m);                                           \
+			for (size_t j = 0; j < m; j++) t[j] = t[j] * c;                            \
+			narrow_##F##_##ISA(d + lo, t, m);                                          \
+		}                                                                              \
+	}
+
 #define FP8_CONV(ISA, ATTR, VS)                                                        \
 	FP8_CONV1(ISA, ATTR, VS, e4m3, E4M3_WIDEN, E4M3_NARROW)                            \
 	FP8_CONV1(ISA, ATTR, VS, e5m2, E5M2_WIDEN, E5M2_NARROW)                            \
-	ATTR static void scale_e4m3_##ISA(uint8_t *d, const uint8_t *s, size_t n, float c) { \
-		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
-		float t[blk];                                                                  \
-		for (size_t lo = 0; lo < n; lo += blk) {                                       \
-			size_t m = n - lo < blk ? n - lo : blk;                                    \
-			widen_e4m3_##ISA(t, s + lo, m);                                            \
-			for (size_t j = 0; j < m; j++) t[j] = t[j] * c;                            \
-			narrow_e4m3_##ISA(d + lo, t, m);                                           \
-		}                                                                              \
-	}                                                                                  \
-	ATTR static void scale_e5m2_##ISA(uint8_t *d, const uint8_t *s, size_t n, float c) { \
-		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
-		float t[blk];                                                                  \
-		for (size_t lo = 0; lo < n; lo += blk) {                                       \
-			size_t m = n - lo < blk ? n - lo : blk;                                    \
-			widen_e5m2_##ISA(t, s + lo, m);                                            \
-			for (size_t j = 0; j < m; j++) t[j] = t[j] * c;                            \
-			narrow_e5m2_##ISA(d + lo, t, m);                                           \
-		}                                                                              \
-	}
-
-#define FP8_DRIVER(ISA, ATTR, F, OPN, LOOP, AVG)                                         \
-	ATTR static void F##_##OPN##_##ISA(void *dv, const uintptr_t *srcs, int nsrc,        \
-	                                   size_t n, int nranks) {                         \
-		enum { blk = BLOCK_BYTES / sizeof(float) };                                    \
-		float acc[blk], t[blk];                                                        \
-		uint8_t *d = (uint8_t *)dv;                                                    \
-		for (size_t lo = 0; lo < n; lo += blk) {                                       \
-			size_t m = n - lo < blk ? n - lo : blk;                                    \
-			widen_##F##_##ISA(acc, (const uint8_t *)srcs[0] + lo, m);                  \
-			for (int k = 1; k < nsrc; k++) {                                           \
-				widen_##F##_##ISA(t, (const uint8_t *)srcs[k] + lo, m);                \
-				f32_##LOOP##in_##ISA(acc, t, m);                                       \
-			}                                                                          \
-			if (AVG) DIVBY(float, acc, m, nranks);                                     \
-			narrow_##F##_##ISA(d + lo, acc, m);                                        \
-		}                                                                              \
-	}
+	FP8_SCALE(ISA, ATTR, e4m3)                                                         \
+	FP8_SCALE(ISA, ATTR, e5m2)
 
 #define FP8_ALL(ISA, ATTR, VS)                                                         \
 	FP8_CONV(ISA, ATTR, VS)                                                            \
-	FP8_DRIVER(ISA, ATTR, e4m3, sum, sum, 0)                                           \
-	FP8_DRIVER(ISA, ATTR, e4m3, prod, prod, 0)                                         \
-	FP8_DRIVER(ISA, ATTR, e4m3, min, min, 0)                                           \
-	FP8_DRIVER(ISA, ATTR, e4m3, max, max, 0)                                           \
-	FP8_DRIVER(ISA, ATTR, e4m3, avg, sum, 1)                                           \
-	FP8_DRIVER(ISA, ATTR, e5m2, sum, sum, 0)                                           \
-	FP8_DRIVER(ISA, ATTR, e5m2, prod, prod, 0)                                         \
-	FP8_DRIVER(ISA, ATTR, e5m2, min, min, 0)                                           \
-	FP8_DRIVER(ISA, ATTR, e5m2, max, max, 0)                                           \
-	FP8_DRIVER(ISA, ATTR, e5m2, avg, sum, 1)
+	WIDE_OPS(ISA, ATTR, e4m3, uint8_t)                                                 \
+	WIDE_OPS(ISA, ATTR, e5m2, uint8_t)
 
 // The 8- and 32-bit integer averages. The Go kernels divide the exact
 // sum, taken in 64 bits, truncating. Here the sum is taken in float (8-bit
@@ -463,16 +443,8 @@ static inline __m128i FP8_LOAD_sse2(const uint8_t *p) {
 
 #define HALF_ALL(ISA, ATTR)                                                            \
 	HALF_CONV(ISA, ATTR)                                                               \
-	HALF_DRIVER(ISA, ATTR, bf16, sum, sum, 0)                                          \
-	HALF_DRIVER(ISA, ATTR, bf16, prod, prod, 0)                                        \
-	HALF_DRIVER(ISA, ATTR, bf16, min, min, 0)                                          \
-	HALF_DRIVER(ISA, ATTR, bf16, max, max, 0)                                          \
-	HALF_DRIVER(ISA, ATTR, bf16, avg, sum, 1)                                          \
-	HALF_DRIVER(ISA, ATTR, f16, sum, sum, 0)                                           \
-	HALF_DRIVER(ISA, ATTR, f16, prod, prod, 0)                                         \
-	HALF_DRIVER(ISA, ATTR, f16, min, min, 0)                                           \
-	HALF_DRIVER(ISA, ATTR, f16, max, max, 0)                                           \
-	HALF_DRIVER(ISA, ATTR, f16, avg, sum, 1)
+	WIDE_OPS(ISA, ATTR, bf16, uint16_t)                                                \
+	WIDE_OPS(ISA, ATTR, f16, uint16_t)
 
 #define ALL(ISA, ATTR, VS)                                                             \
 	ARITH(ISA, ATTR, VS, uint8_t, u8, sum, +)                                          \
