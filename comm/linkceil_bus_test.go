@@ -3,6 +3,8 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/netip"
 	"testing"
 
@@ -242,5 +244,48 @@ func TestSplitCeilingByBusID(t *testing.T) {
 				assert.NoError(t, k.Close())
 			}
 		})
+	}
+}
+
+// A rank looks its bus id and rate up only where the recorder (the
+// ceiling's one user) is on and the backend is one of goccl's; the rate
+// travels in Mb/s, an impossible one as unknown.
+func TestSelfLink(t *testing.T) {
+	oldNet, oldBus := netGBs, deviceBusID
+	t.Cleanup(func() { netGBs, deviceBusID = oldNet, oldBus })
+	asked := 0
+	deviceBusID = func(b string, d int) string { asked++; return b + ":" + fmt.Sprint(d) }
+	rate := 50.0
+	netGBs = func(linkSelf, netip.Addr) float64 { return rate }
+	ip := netip.MustParseAddr("10.0.0.1")
+
+	cases := []struct {
+		name     string
+		backend  string
+		recorder bool
+		want     linkSelf
+		mbps     uint32
+	}{
+		{"gpu", BackendGPU, true, linkSelf{device: 3, bus: "gpu:3", backend: BackendGPU}, 400000},
+		{"host", BackendHost, true, linkSelf{device: 3, bus: "host:3", backend: BackendHost}, 400000},
+		{"recorder off", BackendGPU, false, linkSelf{device: 3}, 0},
+		{"a custom backend", "custom", true, linkSelf{device: 3}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			asked = 0
+			me := selfLink(tc.backend, 3, tc.recorder)
+			assert.Equal(t, tc.want, me)
+			assert.Equal(t, tc.want.backend != "", asked == 1)
+			assert.Equal(t, tc.mbps, me.netMbps(ip))
+		})
+	}
+	me := selfLink(BackendGPU, 0, true)
+	for _, r := range []struct {
+		gbs  float64
+		mbps uint32
+	}{{53.125 / 8, 53125}, {2.5 / 8, 2500}, {0, 0}, {-1, 0}, {math.NaN(), 0}, {math.Inf(1), 0}, {1e9, 0}} {
+		rate = r.gbs
+		assert.Equal(t, r.mbps, me.netMbps(ip), "%v GB/s", r.gbs)
 	}
 }
