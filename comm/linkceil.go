@@ -78,6 +78,9 @@ func selfLink(backend string, device int, recorder bool) linkSelf {
 	me := linkSelf{device: device}
 	if recorder && (backend == BackendGPU || backend == BackendHost) {
 		me.bus, me.backend = deviceBusID(backend, device), backend
+		if len(me.bus) > maxBusID {
+			me.bus = "" // not a bus id; it would not fit the exchange
+		}
 	}
 	return me
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -280,6 +281,8 @@ func TestSelfLink(t *testing.T) {
 			assert.Equal(t, tc.mbps, me.netMbps(ip))
 		})
 	}
+	deviceBusID = func(string, int) string { return strings.Repeat("0", maxBusID+1) }
+	assert.Empty(t, selfLink(BackendGPU, 0, true).bus, "too long for the exchange")
 	me := selfLink(BackendGPU, 0, true)
 	for _, r := range []struct {
 		gbs  float64

@@ -190,9 +190,9 @@ type pendingOpen struct {
 
 // openRescue takes a place on hub (the parent's, for a child of Split or
 // Shrink; a new listener when nil) and exchanges the addresses, node keys,
-// devices and what the link ceiling needs (me: linkceil.go); collective (one bootstrap AllGather). Failing to listen is
-// not fatal: the rank has no rescue point and a Shrink that needs it says
-// why. A new listener is on ifIP (GOCCL_SOCKET_IFNAME's choice) when
+// devices and what the link ceiling needs (me: linkceil.go); collective
+// (one bootstrap AllGather). Failing to listen is not fatal: the rank has
+// no rescue point and a Shrink that needs it says why. A new listener is on ifIP (GOCCL_SOCKET_IFNAME's choice) when
 // valid, else on the interface of the bootstrap's connections.
 func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, me linkSelf, ifIP netip.Addr, hub *rescueHub) (*rescuePoint, error) {
 	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic), rank: b.rank,
