@@ -32,6 +32,9 @@ type NetPort struct {
 	State  string `json:"state"`
 	Rate   string `json:"rate"`
 	Active bool   `json:"active"` // an RDMA port in state 4: ACTIVE, an interface up
+	// Virtual marks an interface without a device of its own (a bridge,
+	// veth, bond, tunnel).
+	Virtual bool `json:"virtual,omitempty"`
 	// GBs is the line rate per direction in GB/s; 0 where unknown.
 	GBs float64 `json:"gbs"`
 }
@@ -105,6 +108,9 @@ func NetPorts(root string) (ports []NetPort, warnings []string) {
 func netdevPort(sys sysfs, name string) NetPort {
 	p := NetPort{Name: name, Device: name}
 	p.State, _ = sys.read("class", "net", name, "operstate")
+	if _, err := os.Stat(filepath.Join(sys.root, "class", "net", name, "device")); err != nil {
+		p.Virtual = true
+	}
 	p.Active = p.State == "up"
 	p.Rate, _ = sys.read("class", "net", name, "speed")
 	if mbps, err := strconv.Atoi(p.Rate); err == nil && mbps > 0 {

@@ -89,6 +89,9 @@ func TestNetPortsMixed(t *testing.T) {
 	assert.True(t, ps[0].RDMA)
 	assert.False(t, ps[7].RDMA)
 	assert.Equal(t, "25000", ps[7].Rate)
+	assert.True(t, ps[6].Virtual, "docker0 has no device")
+	assert.False(t, ps[7].Virtual)
+	assert.False(t, ps[0].Virtual)
 }
 
 func TestNetPortsOdd(t *testing.T) {

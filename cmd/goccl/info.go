@@ -359,7 +359,12 @@ func renderNetwork(w io.Writer, n infoNetwork) {
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		fmt.Fprint(tw, "Port\tKind\tInterfaces\tState\tRate\tBandwidth/dir\n")
+		hidden := 0
 		for _, p := range n.Ports {
+			if p.Virtual && p.GBs <= 0 {
+				hidden++ // bridges and veths: many on container hosts, none a link
+				continue
+			}
 			kind, rate := "interface", p.Rate
 			switch {
 			case p.RDMA:
@@ -384,6 +389,9 @@ func renderNetwork(w io.Writer, n infoNetwork) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, kind, ifs, state, orNA(rate), bw)
 		}
 		tw.Flush()
+		if hidden > 0 {
+			fmt.Fprintf(w, "(%d virtual interface(s) of unknown rate left out; --json lists them)\n", hidden)
+		}
 	}
 	for _, warn := range n.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)

@@ -34,10 +34,11 @@ func TestInfoNetwork(t *testing.T) {
 	assert.Equal(t, [][]string{{"mlx5_2:1", "RDMA", "Ethernet", "ens2np0", "4:", "ACTIVE", "100", "Gb/sec", "(2X", "HDR)", "12.5", "GB/s"}}, rows(out, "mlx5_2:1"))
 	assert.Equal(t, [][]string{{"eth0", "interface", "-", "up", "25000", "Mb/s", "3.125", "GB/s"}}, rows(out, "eth0"))
 	assert.Equal(t, [][]string{{"eth1", "interface", "-", "down", "(not", "used)", "unknown", "-"}}, rows(out, "eth1"))
-	for _, owned := range []string{"ib0 ", "ib1 ", "ens2np0 ", "lo "} {
+	for _, owned := range []string{"ib0 ", "ib1 ", "ens2np0 ", "lo ", "veth1a2b "} {
 		assert.Empty(t, rows(out, owned), owned)
 	}
 	lines := strings.Split(out, "\n")
+	assert.Contains(t, lines, "(1 virtual interface(s) of unknown rate left out; --json lists them)")
 	assert.Contains(t, lines, "gpu backend between nodes (NCCL): mlx5_0:1, ceiling 50 GB/s per direction (the fastest active RDMA port; 2 active port(s) allowed)")
 	assert.Contains(t, lines, "host backend between nodes (UCX): mlx5_0:1, ceiling 50 GB/s per direction (the fastest active RDMA port; 2 active port(s) allowed)")
 
@@ -89,7 +90,7 @@ func TestInfoNetworkJSON(t *testing.T) {
 	for _, p := range rep.Network.Ports {
 		names = append(names, p.Name)
 	}
-	assert.Equal(t, []string{"mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "eth0", "eth1"}, names)
+	assert.Equal(t, []string{"mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "eth0", "eth1", "veth1a2b"}, names)
 	assert.False(t, rep.Network.Ports[1].Active)
 	assert.Equal(t, 50.0, rep.Network.Ports[0].GBs)
 	require.Len(t, rep.Network.Choices, 2)
