@@ -331,7 +331,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if factory == nil {
 		factory = defaultBackend
 	}
-	rescue, err := openRescue(ctx, boot, set.hostID, device, set.ifIP, spec.hub)
+	rescue, err := openRescue(ctx, boot, set.hostID, selfLink(name, device, set.rec.size > 0), set.ifIP, spec.hub)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -17,6 +18,8 @@ func fakeFacts(gbs [][]float64) *topology.Facts {
 	f := &topology.Facts{GPUs: make([]topology.GPU, len(gbs)), Links: make([][]topology.Link, len(gbs))}
 	for a := range gbs {
 		f.GPUs[a].Index = a
+		f.GPUs[a].BusID = busOf(a)
+		f.GPUs[a].CCMajor = 9
 		f.Links[a] = make([]topology.Link, len(gbs))
 		for b, g := range gbs[a] {
 			switch {
@@ -30,6 +33,19 @@ func fakeFacts(gbs [][]float64) *topology.Facts {
 		}
 	}
 	return f
+}
+
+// busOf is the PCI bus id of the fake node's physical GPU a.
+func busOf(a int) string { return fmt.Sprintf("0000:%02x:00.0", 0x18+0x10*a) }
+
+// ords are ranks' GPUs by CUDA ordinal only, as a rank that did not look
+// up its bus id tells them.
+func ords(ds ...int) []gpuRef {
+	out := make([]gpuRef, len(ds))
+	for i, d := range ds {
+		out[i] = gpuRef{ordinal: d}
+	}
+	return out
 }
 
 // Two NV18 pairs (0-1, 2-3) joined by NV2 links.
@@ -48,27 +64,27 @@ func TestCommCeiling(t *testing.T) {
 		name    string
 		f       *topology.Facts
 		nodes   []string
-		devices []int
+		devices []gpuRef
 		rank    int
 		inter   float64
 		want    float64
 	}{
-		{"the whole node", twoPairs, one, []int{0, 1, 2, 3}, 0, 0, 50},
-		{"a child on an NV18 pair", twoPairs, one[:2], []int{0, 1}, 1, 0, 450},
-		{"the other pair", twoPairs, one[:2], []int{3, 2}, 0, 0, 450},
-		{"a child across the pairs", twoPairs, one[:2], []int{1, 2}, 0, 0, 50},
-		{"three of four", twoPairs, one[:3], []int{2, 3, 0}, 2, 0, 50},
-		{"ranks sharing a GPU", twoPairs, one[:2], []int{1, 1}, 0, 0, 0},
-		{"two ranks on a GPU, one on its pair", twoPairs, one[:3], []int{0, 0, 1}, 0, 0, 450},
-		{"one rank", twoPairs, one[:1], []int{2}, 0, 0, 0},
-		{"a pair over PCIe", fakeFacts([][]float64{{0, 0}, {0, 0}}), one[:2], []int{0, 1}, 0, 0, 0},
-		{"a device the facts lack", twoPairs, one[:2], []int{0, 4}, 0, 0, 0},
-		{"no device", twoPairs, one[:2], []int{-1, 0}, 0, 0, 0},
-		{"two nodes, rate known", twoPairs, []string{"a", "a", "b", "b"}, []int{0, 1, 0, 1}, 2, 25, 25},
-		{"two nodes, rate above NVLink", twoPairs, []string{"a", "a", "b", "b"}, []int{0, 1, 0, 1}, 0, 900, 450},
-		{"two nodes, this node's slow pair", twoPairs, []string{"a", "a", "b", "b"}, []int{1, 2, 0, 1}, 0, 100, 50},
-		{"two nodes, rate unknown", twoPairs, []string{"a", "a", "b", "b"}, []int{0, 1, 0, 1}, 0, 0, 0},
-		{"a rank a node", twoPairs, []string{"a", "b"}, []int{0, 0}, 1, 25, 25},
+		{"the whole node", twoPairs, one, ords(0, 1, 2, 3), 0, 0, 50},
+		{"a child on an NV18 pair", twoPairs, one[:2], ords(0, 1), 1, 0, 450},
+		{"the other pair", twoPairs, one[:2], ords(3, 2), 0, 0, 450},
+		{"a child across the pairs", twoPairs, one[:2], ords(1, 2), 0, 0, 50},
+		{"three of four", twoPairs, one[:3], ords(2, 3, 0), 2, 0, 50},
+		{"ranks sharing a GPU", twoPairs, one[:2], ords(1, 1), 0, 0, 0},
+		{"two ranks on a GPU, one on its pair", twoPairs, one[:3], ords(0, 0, 1), 0, 0, 450},
+		{"one rank", twoPairs, one[:1], ords(2), 0, 0, 0},
+		{"a pair over PCIe", fakeFacts([][]float64{{0, 0}, {0, 0}}), one[:2], ords(0, 1), 0, 0, 0},
+		{"a device the facts lack", twoPairs, one[:2], ords(0, 4), 0, 0, 0},
+		{"no device", twoPairs, one[:2], ords(-1, 0), 0, 0, 0},
+		{"two nodes, rate known", twoPairs, []string{"a", "a", "b", "b"}, ords(0, 1, 0, 1), 2, 25, 25},
+		{"two nodes, rate above NVLink", twoPairs, []string{"a", "a", "b", "b"}, ords(0, 1, 0, 1), 0, 900, 450},
+		{"two nodes, this node's slow pair", twoPairs, []string{"a", "a", "b", "b"}, ords(1, 2, 0, 1), 0, 100, 50},
+		{"two nodes, rate unknown", twoPairs, []string{"a", "a", "b", "b"}, ords(0, 1, 0, 1), 0, 0, 0},
+		{"a rank a node", twoPairs, []string{"a", "b"}, ords(0, 0), 1, 25, 25},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,7 +101,7 @@ func TestSplitCeiling(t *testing.T) {
 	oldFacts, oldNet := linkFacts, netGBs
 	t.Cleanup(func() { linkFacts, netGBs = oldFacts, oldNet })
 	linkFacts = func() (*topology.Facts, error) { return twoPairs, nil }
-	netGBs = func(netip.Addr) float64 { return 12.5 }
+	netGBs = func(linkSelf, netip.Addr) float64 { return 12.5 }
 
 	ctx := context.Background()
 	comms, err := InitAll(ctx, []int{0, 1, 2, 3}, Options{Backend: BackendHost, Logger: discardLogger()})

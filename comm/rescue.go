@@ -38,6 +38,8 @@ type rescuePoint struct {
 	addrs   []string   // every rank's rescue address; "" when it has none
 	nodes   []string   // every rank's node key
 	devices []int      // every rank's CUDA ordinal, -1 none
+	buses   []string   // every rank's GPU's PCI bus id, "" unknown
+	netMbps []uint32   // every rank's inter-node line rate, Mb/s, 0 unknown
 	magic   uint64     // opens rescue connections; derived from the job's magic
 
 	mu sync.Mutex // one Shrink at a time on a communicator
@@ -187,12 +189,12 @@ type pendingOpen struct {
 }
 
 // openRescue takes a place on hub (the parent's, for a child of Split or
-// Shrink; a new listener when nil) and exchanges the addresses, node keys
-// and devices; collective (one bootstrap AllGather). Failing to listen is
-// not fatal: the rank has no rescue point and a Shrink that needs it says
-// why. A new listener is on ifIP (GOCCL_SOCKET_IFNAME's choice) when
+// Shrink; a new listener when nil) and exchanges the addresses, node keys,
+// devices and what the link ceiling needs (me: linkceil.go); collective
+// (one bootstrap AllGather). Failing to listen is not fatal: the rank has
+// no rescue point and a Shrink that needs it says why. A new listener is on ifIP (GOCCL_SOCKET_IFNAME's choice) when
 // valid, else on the interface of the bootstrap's connections.
-func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, device int, ifIP netip.Addr, hub *rescueHub) (*rescuePoint, error) {
+func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, me linkSelf, ifIP netip.Addr, hub *rescueHub) (*rescuePoint, error) {
 	rp := &rescuePoint{ip: bootstrapIP(b), magic: rescueMagic(b.magic), rank: b.rank,
 		qsig: make(chan struct{}, 1), qdone: make(chan struct{})}
 	if ifIP.IsValid() {
@@ -228,7 +230,8 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, device int,
 		key = "error"
 		rp.why = kerr.Error()
 	}
-	all, err := b.AllGather(ctx, encodeRescueInfo(key, device, addr))
+	mine := rescueInfo{node: key, device: me.device, bus: me.bus, netMbps: me.netMbps(rp.ip), addr: addr}
+	all, err := b.AllGather(ctx, encodeRescueInfo(mine))
 	if kerr != nil {
 		return nil, fmt.Errorf("goccl: rank %d: %w", b.rank, kerr)
 	}
@@ -238,10 +241,14 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, device int,
 	rp.addrs = make([]string, len(all))
 	rp.nodes = make([]string, len(all))
 	rp.devices = make([]int, len(all))
+	rp.buses = make([]string, len(all))
+	rp.netMbps = make([]uint32, len(all))
 	for r, x := range all {
-		if rp.nodes[r], rp.devices[r], rp.addrs[r], err = decodeRescueInfo(x); err != nil {
+		in, err := decodeRescueInfo(x)
+		if err != nil {
 			return nil, fmt.Errorf("goccl: rank %d: rank %d's rescue address: %w", b.rank, r, err)
 		}
+		rp.nodes[r], rp.devices[r], rp.buses[r], rp.netMbps[r], rp.addrs[r] = in.node, in.device, in.bus, in.netMbps, in.addr
 	}
 	return rp, nil
 }
@@ -337,27 +344,55 @@ func nodeLayout(nodes []string) string {
 	return fmt.Sprintf("%d (%s)", len(groups), strings.Join(parts, "; "))
 }
 
-// Rescue info: node length u8 | node | device+1 u16 | address. The
-// device (the rank's CUDA ordinal, -1 none) gives the link ceiling of the
-// communicator's GPUs (linkceil.go).
-func encodeRescueInfo(node string, device int, addr string) []byte {
-	out := append([]byte{byte(len(node))}, node...)
-	out = binary.BigEndian.AppendUint16(out, uint16(device+1))
-	return append(out, addr...)
+// rescueInfo is what a rank tells the others at init: its node key, CUDA
+// ordinal (-1 none), its GPU's PCI bus id ("" unknown) and inter-node line
+// rate (Mb/s, 0 unknown), which give the link ceiling of the
+// communicator's GPUs (linkceil.go), and its rescue address ("" none).
+type rescueInfo struct {
+	node    string
+	device  int
+	bus     string
+	netMbps uint32
+	addr    string
 }
 
-func decodeRescueInfo(b []byte) (node string, device int, addr string, err error) {
-	if len(b) < 3 || int(b[0]) > len(b)-3 || len(b) > 1+255+2+64 {
-		return "", 0, "", fmt.Errorf("%w: rescue info of %d bytes", errMalformed, len(b))
+// maxBusID bounds a bus id on the wire ("0000:18:00.0" is 12 bytes).
+const maxBusID = 32
+
+// Rescue info: node length u8 | node | device+1 u16 | bus length u8 | bus
+// | line rate u32 | address.
+func encodeRescueInfo(in rescueInfo) []byte {
+	out := append([]byte{byte(len(in.node))}, in.node...)
+	out = binary.BigEndian.AppendUint16(out, uint16(in.device+1))
+	out = append(out, byte(len(in.bus)))
+	out = append(out, in.bus...)
+	out = binary.BigEndian.AppendUint32(out, in.netMbps)
+	return append(out, in.addr...)
+}
+
+func decodeRescueInfo(b []byte) (rescueInfo, error) {
+	bad := fmt.Errorf("%w: rescue info of %d bytes", errMalformed, len(b))
+	if len(b) < 1 || len(b) > 1+255+2+1+maxBusID+4+64 {
+		return rescueInfo{}, bad
 	}
 	n := int(b[0])
-	node, device, addr = string(b[1:1+n]), int(binary.BigEndian.Uint16(b[1+n:]))-1, string(b[3+n:])
-	if addr != "" {
-		if _, err := netip.ParseAddrPort(addr); err != nil {
-			return "", 0, "", fmt.Errorf("%w: rescue address %q", errMalformed, printable([]byte(addr)))
+	if len(b) < 1+n+2+1 {
+		return rescueInfo{}, bad
+	}
+	var in rescueInfo
+	in.node, in.device = string(b[1:1+n]), int(binary.BigEndian.Uint16(b[1+n:]))-1
+	rest := b[1+n+2:]
+	bl := int(rest[0])
+	if bl > maxBusID || len(rest) < 1+bl+4 {
+		return rescueInfo{}, bad
+	}
+	in.bus, in.netMbps, in.addr = string(rest[1:1+bl]), binary.BigEndian.Uint32(rest[1+bl:]), string(rest[1+bl+4:])
+	if in.addr != "" {
+		if _, err := netip.ParseAddrPort(in.addr); err != nil {
+			return rescueInfo{}, fmt.Errorf("%w: rescue address %q", errMalformed, printable([]byte(in.addr)))
 		}
 	}
-	return node, device, addr, nil
+	return in, nil
 }
 
 // localRanks numbers each rank of members (parent ranks, in the child's

@@ -54,15 +54,15 @@ func FuzzDecodeShrinkOpen(f *testing.F) {
 }
 
 func FuzzDecodeRescueInfo(f *testing.F) {
-	f.Add(encodeRescueInfo("host/boot", 3, "127.0.0.1:4242"))
-	f.Add(encodeRescueInfo("", -1, ""))
-	f.Add(encodeRescueInfo("n", 0, "[::1]:1"))
+	f.Add(encodeRescueInfo(rescueInfo{node: "host/boot", device: 3, bus: "0000:18:00.0", netMbps: 400000, addr: "127.0.0.1:4242"}))
+	f.Add(encodeRescueInfo(rescueInfo{device: -1}))
+	f.Add(encodeRescueInfo(rescueInfo{node: "n", addr: "[::1]:1"}))
 	f.Add([]byte{200, 'x'})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		node, device, addr, err := decodeRescueInfo(b)
+		in, err := decodeRescueInfo(b)
 		if err != nil {
 			return
 		}
-		require.Equal(t, b, encodeRescueInfo(node, device, addr))
+		require.Equal(t, b, encodeRescueInfo(in))
 	})
 }

@@ -154,3 +154,43 @@ func (l Link) label() string {
 	}
 	return "?"
 }
+
+// ProbeBuses gives the facts of the GPUs at the PCI bus ids buses, in that
+// order, from NVML alone: NVML sees every GPU of the machine, whatever
+// CUDA_VISIBLE_DEVICES hides from this process's CUDA, so that a rank can
+// tell the links between its GPU and GPUs only its peers see. NVML does
+// not give the compute capability, which sets the NVLink rate: each GPU
+// is taken to be of ccMajor.ccMinor (a visible one's). The facts hold no
+// P2P or atomics (CUDA's to tell); an error is NVML's absence.
+func ProbeBuses(src Source, buses []string, ccMajor, ccMinor int) (*Facts, error) {
+	lib, err := src.NVML()
+	if err != nil {
+		return nil, fmt.Errorf("topology: NVML: %w", err)
+	}
+	n := len(buses)
+	f := &Facts{GPUs: make([]GPU, n), Links: make([][]Link, n), NUMA: []NUMANode{}}
+	for i, b := range buses {
+		f.GPUs[i] = GPU{Index: i, BusID: NormalizeBusID(b), CCMajor: ccMajor, CCMinor: ccMinor, NUMANode: -1}
+		f.Links[i] = make([]Link, n)
+		for j := range f.Links[i] {
+			f.Links[i][j] = Link{Kind: LinkUnknown}
+			if i == j {
+				f.Links[i][j] = Link{Kind: LinkSelf, P2P: true, Atomics: true}
+			}
+		}
+	}
+	probeNVML(f, lib, sysfs{root: src.SysfsRoot()})
+	for i := range f.Links {
+		for j := range f.Links[i] {
+			f.Links[i][j].Label = f.Links[i][j].label()
+		}
+	}
+	return f, nil
+}
+
+// ProbeSystemBuses is ProbeBuses on this machine.
+func ProbeSystemBuses(buses []string, ccMajor, ccMinor int) (*Facts, error) {
+	src := &systemSource{}
+	defer src.close()
+	return ProbeBuses(src, buses, ccMajor, ccMinor)
+}

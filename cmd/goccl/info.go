@@ -27,8 +27,10 @@ const probeTimeout = 60 * time.Second
 const infoUsage = `usage: goccl info [--json]
 
 Prints what the runtime sees on this machine (CPU, NUMA nodes, its node id,
-GPUs, their links and capabilities) and what it would choose: the transport per way of
-launching and the algorithms the backend can run.
+GPUs, their links and capabilities, the network ports between nodes and their
+rates) and what it would choose: the transport per way of launching, the
+algorithms the backend can run and the port each backend's traffic between
+nodes takes (the link ceiling across nodes).
 
 flags:
   --json   print the facts and choices as JSON
@@ -85,7 +87,28 @@ type infoReport struct {
 	Choices            []infoChoice    `json:"choices"`
 	Algorithms         []string        `json:"algorithms"`
 	AlgorithmSelection string          `json:"algorithm_selection"`
+	Network            infoNetwork     `json:"network"`
 }
+
+// infoNetwork is the ports traffic between nodes may take and the one
+// each backend's network library would, under this environment: the
+// rate the link ceiling across nodes is at most.
+type infoNetwork struct {
+	Ports    []topology.NetPort `json:"ports"`
+	Warnings []string           `json:"warnings,omitempty"`
+	Choices  []infoNetChoice    `json:"choices"`
+}
+
+type infoNetChoice struct {
+	Backend string `json:"backend"` // "gpu", "host"
+	Stack   string `json:"stack"`   // "NCCL", "UCX"
+	topology.NetChoice
+	Found bool `json:"found"`
+}
+
+// infoNetRoot is where sysfs is read for the network ports; tests point
+// it at fake trees.
+var infoNetRoot = "/sys"
 
 // infoNode is this machine's node identity, as every rank computes it at
 // init: ranks with equal ids are taken to share the machine.
@@ -147,6 +170,7 @@ func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
 	for _, a := range algos {
 		rep.Algorithms = append(rep.Algorithms, string(a))
 	}
+	rep.Network = buildNetwork(infoNetRoot, getenv)
 	rep.AlgorithmSelection = "chosen per call by collective, size and rank count"
 	if v := getenv("GOCCL_ALGO"); v != "" {
 		switch a, err := collectives.ParseAlgorithm(v); {
@@ -159,6 +183,26 @@ func buildReport(f *topology.Facts, getenv func(string) string) infoReport {
 		}
 	}
 	return rep
+}
+
+// buildNetwork lists the ports under root and the one each backend would
+// take between nodes. Where the settings name nothing and no RDMA port is
+// active, a backend takes the interface of the ranks' bootstrap, known only
+// at init: none here.
+func buildNetwork(root string, getenv func(string) string) infoNetwork {
+	ports, warns := topology.NetPorts(root)
+	n := infoNetwork{Ports: ports, Warnings: warns, Choices: []infoNetChoice{}}
+	if n.Ports == nil {
+		n.Ports = []topology.NetPort{}
+	}
+	for _, b := range []struct {
+		name  string
+		stack topology.NetStack
+	}{{"gpu", topology.NetNCCL}, {"host", topology.NetUCX}} {
+		c, ok := topology.ChooseNetPort(ports, b.stack, getenv, "")
+		n.Choices = append(n.Choices, infoNetChoice{Backend: b.name, Stack: b.stack.String(), NetChoice: c, Found: ok})
+	}
+	return n
 }
 
 // renderInfo writes the report as text or JSON.
@@ -223,6 +267,7 @@ func renderText(w io.Writer, rep infoReport) {
 	if !f.HasGPUs() {
 		fmt.Fprintln(w, f.NoGPUReason)
 		renderChoices(w, rep)
+		renderNetwork(w, rep.Network)
 		return
 	}
 
@@ -302,6 +347,73 @@ Legend:
 	}
 	fmt.Fprintln(w)
 	renderChoices(w, rep)
+	renderNetwork(w, rep.Network)
+}
+
+// renderNetwork writes the ports table and each backend's port between
+// nodes.
+func renderNetwork(w io.Writer, n infoNetwork) {
+	fmt.Fprintln(w)
+	if len(n.Ports) == 0 {
+		fmt.Fprintln(w, "Network: no RDMA port or interface found (/sys/class/infiniband, /sys/class/net)")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprint(tw, "Port\tKind\tInterfaces\tState\tRate\tBandwidth/dir\n")
+		hidden := 0
+		for _, p := range n.Ports {
+			if p.Virtual && p.GBs <= 0 {
+				hidden++ // bridges and veths: many on container hosts, none a link
+				continue
+			}
+			kind, rate := "interface", p.Rate
+			switch {
+			case p.RDMA:
+				kind = "RDMA " + orNA(p.LinkLayer)
+			case p.GBs > 0:
+				rate += " Mb/s"
+			default:
+				rate = "unknown" // no link, or a virtual interface
+			}
+			bw := "-"
+			if p.GBs > 0 {
+				bw = fmt.Sprintf("%g GB/s", p.GBs)
+			}
+			ifs := strings.Join(p.Netdevs, ",")
+			if ifs == "" {
+				ifs = "-"
+			}
+			state := orNA(p.State)
+			if !p.Active {
+				state += " (not used)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, kind, ifs, state, orNA(rate), bw)
+		}
+		tw.Flush()
+		if hidden > 0 {
+			fmt.Fprintf(w, "(%d virtual interface(s) of unknown rate left out; --json lists them)\n", hidden)
+		}
+	}
+	for _, warn := range n.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	for _, c := range n.Choices {
+		head := fmt.Sprintf("%s backend between nodes (%s)", c.Backend, c.Stack)
+		const boot = "the bootstrap's interface"
+		switch {
+		case !c.Found && strings.HasSuffix(c.By, boot):
+			why := strings.TrimSuffix(strings.TrimSuffix(c.By, boot), ", ")
+			if why != "" {
+				why = " (" + why + ")"
+			}
+			fmt.Fprintf(w, "%s: %s, known at init%s; its rate, where sysfs gives one, is the ceiling across nodes\n", head, boot, why)
+		case !c.Found:
+			fmt.Fprintf(w, "%s: no active port fits (%s): no ceiling across nodes\n", head, c.By)
+		case c.GBs <= 0:
+			fmt.Fprintf(w, "%s: %s, rate unknown (%s): no ceiling across nodes\n", head, c.Port.Name, c.By)
+		default:
+			fmt.Fprintf(w, "%s: %s, ceiling %g GB/s per direction (%s; %d active port(s) allowed)\n", head, c.Port.Name, c.GBs, c.By, c.Candidates)
+		}
+	}
 }
 
 // both reports a per-direction flag for a pair: yes, no, or one-way.
