@@ -55,7 +55,7 @@ func TestDeathDuringInit(t *testing.T) {
 			if tc.inject != "" {
 				extra[tc.victim] = []string{"FAULTS_INJECT=" + tc.inject}
 			}
-			env := append([]string{"FAULTS_COLL=allreduce", "FAULTS_HB=200ms", "TMPDIR=" + tmp}, tc.env...)
+			env := append([]string{"FAULTS_COLL=allreduce", "FAULTS_HB=1s", "TMPDIR=" + tmp}, tc.env...)
 			j := startSome(t, nranks, tc.start, env, extra)
 			t0 := time.Now()
 			switch {
