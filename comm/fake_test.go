@@ -110,8 +110,14 @@ func (ff *fakeFactory) get(r int) *fakeBackend {
 
 // testOpts are quick options with a fake backend.
 func testOpts(ff *fakeFactory) Options {
-	return Options{NewBackend: ff.New, Timeout: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Env: map[string]string{}, Logger: discardLogger()}
+	return Options{NewBackend: ff.New, Timeout: 10 * time.Second, HeartbeatInterval: testHeartbeat, Env: map[string]string{}, Logger: discardLogger()}
 }
+
+// testHeartbeat is the tests' beat: peers give up on a silent rank after
+// 5 of them, and a process starved of CPU that long (720 ms seen beside
+// other tests on 2 cores with a 100 ms beat) fails its communicator as
+// stalled. Tests of the heartbeat itself set their own.
+const testHeartbeat = time.Second
 
 // initGroup starts n ranks in goroutines with InitRank and returns them
 // in rank order.

@@ -257,7 +257,7 @@ func TestPointToPointPeerCloses(t *testing.T) {
 	for _, kind := range []string{"recv", "send"} {
 		t.Run(kind, func(t *testing.T) {
 			comms, err := InitAll(context.Background(), make([]int, 2), Options{Backend: BackendHost, Env: map[string]string{},
-				Logger: discardLogger(), Timeout: 60 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+				Logger: discardLogger(), Timeout: 60 * time.Second, HeartbeatInterval: testHeartbeat})
 			require.NoError(t, err)
 			defer comms[0].Close()
 			buf := make([]int32, 1<<20) // more than the pair's ring: a Send waits too

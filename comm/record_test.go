@@ -285,7 +285,7 @@ func BenchmarkCallRecorder(b *testing.B) {
 // call, in the error's recorder line.
 func TestRecorderNamesRecv(t *testing.T) {
 	comms, err := InitAll(context.Background(), make([]int, 2), Options{Backend: BackendHost, Env: map[string]string{},
-		Logger: discardLogger(), Timeout: 60 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+		Logger: discardLogger(), Timeout: 60 * time.Second, HeartbeatInterval: testHeartbeat})
 	require.NoError(t, err)
 	defer comms[0].Close()
 	const calls = 4

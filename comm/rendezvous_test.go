@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -33,6 +34,52 @@ func goInit(id UniqueID, nranks, rank int, opts Options) chan result {
 		ch <- result{c, err}
 	}()
 	return ch
+}
+
+// arrivals gives rank 0's options a logger that reports each rank rank 0
+// has taken in (its "rank arrived" line): the tests wait for it rather
+// than sleep, which a loaded machine outlasts.
+func arrivals(opts Options) (Options, <-chan int) {
+	ch := make(chan int, 64)
+	opts.Logger = slog.New(arrivalHandler{ch})
+	return opts, ch
+}
+
+type arrivalHandler struct{ ch chan int }
+
+func (arrivalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h arrivalHandler) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h arrivalHandler) WithGroup(string) slog.Handler          { return h }
+func (h arrivalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "goccl: rank arrived" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "rank" {
+			select {
+			case h.ch <- int(a.Value.Int64()):
+			default:
+			}
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
+// arrived waits for rank 0 to take in rank.
+func arrived(t *testing.T, ch <-chan int, rank int) {
+	t.Helper()
+	for {
+		select {
+		case r := <-ch:
+			if r == rank {
+				return
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("rank 0 did not take in rank %d within 20 s", rank)
+		}
+	}
 }
 
 func (r result) close() {
@@ -126,10 +173,10 @@ func TestRendezvousNRanksMismatchBothSides(t *testing.T) {
 func TestRendezvousDuplicateRank(t *testing.T) {
 	opts := testOpts(&fakeFactory{})
 	id := newID(t)
-	root := goInit(id, 3, 0, opts)
+	rootOpts, in := arrivals(opts)
+	root := goInit(id, 3, 0, rootOpts)
 	a := goInit(id, 3, 1, opts)
-	waitFor(t, 5*time.Second, func() bool { return rootListens(id) }, "rank 0 to listen")
-	time.Sleep(200 * time.Millisecond) // rank 1 has joined
+	arrived(t, in, 1)
 	// The same rank again reaches rank 0 (fd sockets are bound only once
 	// the job formed), which fails the job; the duplicate hears why too.
 	_, dupErr := InitRank(context.Background(), id, 3, 1, opts)
@@ -151,10 +198,10 @@ func TestRendezvousLostRankNamedEverywhere(t *testing.T) {
 	opts.Timeout = 10 * time.Second
 	id := newID(t)
 	// Rank 3 never comes, so the job cannot form before rank 2 leaves.
-	root := goInit(id, 4, 0, opts)
+	rootOpts, in := arrivals(opts)
+	root := goInit(id, 4, 0, rootOpts)
 	leaf := goInit(id, 4, 1, opts)
-	waitFor(t, 5*time.Second, func() bool { return rootListens(id) }, "rank 0 to listen")
-	time.Sleep(200 * time.Millisecond) // rank 1 has joined
+	arrived(t, in, 1)
 	conn := dialWhenUp(t, id)
 	b := encodeHello(hello{id.Magic(), protocolVersion, 4, 2, uint32(os.Getpid())})
 	_, err := conn.Write(b[:])
@@ -173,14 +220,6 @@ func TestRendezvousLostRankNamedEverywhere(t *testing.T) {
 	}
 }
 
-func rootListens(id UniqueID) bool {
-	c, err := net.Dial("tcp", id.Addr().String())
-	if err == nil {
-		c.Close()
-	}
-	return err == nil
-}
-
 func TestRendezvousRootAbsent(t *testing.T) {
 	// A port that nobody listens on: reserve and release it.
 	id := newID(t)
@@ -191,7 +230,7 @@ func TestRendezvousRootAbsent(t *testing.T) {
 	took := time.Since(start)
 	require.ErrorIs(t, err, collectives.ErrTimeout)
 	assert.Contains(t, err.Error(), "rank 1: rank 0 at "+id.Addr().String()+" not reached")
-	assert.Less(t, took, 2*time.Second)
+	assert.Less(t, took, 10*time.Second, "the timeout ends the retries")
 
 	// A caller's context shorter than the timeout wins.
 	opts.Timeout = time.Minute
@@ -200,7 +239,7 @@ func TestRendezvousRootAbsent(t *testing.T) {
 	start = time.Now()
 	_, err = InitRank(ctx, id, 2, 1, opts)
 	require.ErrorIs(t, err, collectives.ErrTimeout)
-	assert.Less(t, time.Since(start), 1500*time.Millisecond)
+	assert.Less(t, time.Since(start), 10*time.Second, "the context, not the minute")
 }
 
 func TestRendezvousMissingRankTimesOut(t *testing.T) {
@@ -241,7 +280,7 @@ func TestRendezvousWrongMagicDropped(t *testing.T) {
 }
 
 // Strangers on the bootstrap port while the job forms: each is dropped
-// within about a second and the job still forms.
+// by its hello timeout (800 ms) and the job still forms.
 func TestRendezvousStrangers(t *testing.T) {
 	opts := testOpts(&fakeFactory{})
 	id := newID(t)
@@ -272,7 +311,7 @@ func TestRendezvousStrangers(t *testing.T) {
 			if len(b) > 0 {
 				_, _ = conn.Write(b)
 			}
-			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 			_, err := io.ReadAll(conn)
 			out <- dropped{name, time.Since(start), err}
 		}()
@@ -284,7 +323,7 @@ func TestRendezvousStrangers(t *testing.T) {
 		if d.err != nil { // unread bytes turn the close into a reset
 			require.ErrorIs(t, d.err, syscall.ECONNRESET, "%s: rank 0 closed the connection, no timeout", d.name)
 		}
-		assert.Less(t, d.took, 2*time.Second, d.name)
+		assert.Less(t, d.took, 10*time.Second, d.name)
 	}
 	a := goInit(id, 3, 1, opts)
 	b := goInit(id, 3, 2, opts)

@@ -19,7 +19,7 @@ import (
 
 // hostOpts are quick options on the real host backend.
 func hostOpts() Options {
-	return Options{Backend: BackendHost, Timeout: 30 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Env: map[string]string{}, Logger: discardLogger()}
+	return Options{Backend: BackendHost, Timeout: 30 * time.Second, HeartbeatInterval: testHeartbeat, Env: map[string]string{}, Logger: discardLogger()}
 }
 
 // closeComms closes children (nil entries skipped) on every rank at once:

@@ -17,7 +17,7 @@ import (
 func hostComms(t *testing.T, n int) []*Comm {
 	t.Helper()
 	devs := make([]int, n)
-	comms, err := InitAll(context.Background(), devs, Options{Backend: BackendHost, Env: map[string]string{}, Logger: discardLogger(), Timeout: 30 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	comms, err := InitAll(context.Background(), devs, Options{Backend: BackendHost, Env: map[string]string{}, Logger: discardLogger(), Timeout: 30 * time.Second, HeartbeatInterval: testHeartbeat})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		for _, err := range eachRank(comms, func(c *Comm) error { return c.Close() }) {

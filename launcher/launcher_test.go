@@ -294,10 +294,12 @@ func TestKillOnFailure(t *testing.T) {
 		maxTime  time.Duration
 		failRank int
 	}{
-		// Sleeping ranks die on the SIGTERM at once.
-		{"SIGTERM stops sleepers", "sleep", 5 * time.Second, syscall.SIGTERM, 0, 3 * time.Second, 1},
+		// Sleeping ranks die on the SIGTERM at once, long before the
+		// grace would end (the bound leaves a loaded machine time to start
+		// the ranks).
+		{"SIGTERM stops sleepers", "sleep", 30 * time.Second, syscall.SIGTERM, 0, 15 * time.Second, 1},
 		// Ranks ignoring SIGTERM get SIGKILL after the grace period.
-		{"SIGKILL after grace", "ignoreterm", 400 * time.Millisecond, syscall.SIGKILL, 400 * time.Millisecond, 4 * time.Second, 2},
+		{"SIGKILL after grace", "ignoreterm", 400 * time.Millisecond, syscall.SIGKILL, 400 * time.Millisecond, 15 * time.Second, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -509,18 +511,19 @@ func TestTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const np = 3
 			cfg, _, _, dir := job(t, np, tc.args...)
-			// Long enough for every rank to start, even under -race.
-			cfg.Timeout = 2 * time.Second
+			// Long enough for every rank to start (and rank 0 to finish)
+			// on a loaded machine, even under -race.
+			cfg.Timeout = 5 * time.Second
 			start := time.Now()
 			res, err := Run(context.Background(), cfg)
 			took := time.Since(start)
 			require.ErrorIs(t, err, ErrTimeout)
-			assert.Equal(t, "job timed out after 2s; ranks still running: "+tc.hung, err.Error())
+			assert.Equal(t, "job timed out after 5s; ranks still running: "+tc.hung, err.Error())
 			assert.True(t, res.TimedOut)
 			assert.Equal(t, ExitTimeout, res.ExitCode)
 			assert.Equal(t, -1, res.FirstFailed, "ranks stopped by the timeout are not failures")
-			assert.GreaterOrEqual(t, took, 2*time.Second)
-			assert.Less(t, took, 6*time.Second)
+			assert.GreaterOrEqual(t, took, 5*time.Second)
+			assert.Less(t, took, 15*time.Second)
 			pids := waitFiles(t, dir, readyNames(np)...)
 			for r, st := range res.Ranks {
 				assert.True(t, processGone(pids[r]))

@@ -16,6 +16,18 @@ func testRing(size int, async bool) *Ring {
 	return New(Config{Size: size, Async: async, Meta: Meta{Comm: "c0", Rank: 1, Size: 4}})
 }
 
+// refitted waits until the process's clock converts to wall time at the
+// rate refitted over its whole span (100 calibrations after its base
+// pair): a Resolve before that moment and a Snapshot after it would
+// convert a device time at the short calibration's rate and back at the
+// refitted one, tens of ppm apart on a loaded machine.
+func refitted() {
+	c := getClock()
+	for time.Since(c.wall0) <= 100*calibration+10*time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestNewOff(t *testing.T) {
 	r := New(Config{Size: 0})
 	require.Nil(t, r)
@@ -199,6 +211,7 @@ func (f fakeDevice) CallTimes(seq uint64) (int64, int64, bool) {
 // times, converted to the ring's clock and back within a microsecond, and
 // count in the statistics; calls the device has not timed stay enqueued.
 func TestResolveDeviceTimes(t *testing.T) {
+	refitted()
 	r := testRing(8, true)
 	for s := uint64(1); s <= 3; s++ {
 		r.End(r.Begin(&collectives.Args{Coll: collectives.AllReduce, Count: 256, Type: collectives.Float32, Seq: s}), nil)
@@ -254,6 +267,7 @@ func TestRecordPlainGroupPeers(t *testing.T) {
 // graph replayed) takes the newest and counts its runs; a group spans its
 // first call's start to its last call's finish.
 func TestResolveReplays(t *testing.T) {
+	refitted()
 	r := testRing(8, true)
 	r.End(r.Begin(&collectives.Args{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 1}), nil)
 	g := collectives.Group{Seq: 2, Colls: []collectives.Args{
@@ -297,6 +311,7 @@ func TestResolveReplays(t *testing.T) {
 // A group whose calls a fused launch timed together in its last call's
 // slot takes that launch's times.
 func TestResolveFusedGroup(t *testing.T) {
+	refitted()
 	r := testRing(8, true)
 	g := collectives.Group{Seq: 5, Colls: []collectives.Args{
 		{Coll: collectives.AllReduce, Count: 2, Type: collectives.Float32, Seq: 5},

@@ -29,7 +29,7 @@ func TestNoLeaks(t *testing.T) {
 		if i%2 == 1 {
 			done, _, _ := startWaiting(t, j, t.Context())
 			j.bes[3].Abort(nil)
-			waitDone(t, done, time.Second)
+			waitDone(t, done, abortBound)
 		}
 		j.close()
 		j.bes = nil // the Cleanup of newJob has nothing left to close
@@ -43,7 +43,7 @@ func TestNoLeaks(t *testing.T) {
 	// 40 cycles of 4 ranks mapping 4 segments would leak 640 mappings.
 	assert.InDelta(t, maps, countMaps(t), 8, "mappings (the Go heap may add a few)")
 	// Polled here: assert.Eventually would add goroutines of its own.
-	for deadline := time.Now().Add(time.Second); runtime.NumGoroutine() > gs && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(abortBound); runtime.NumGoroutine() > gs && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !assert.LessOrEqual(t, runtime.NumGoroutine(), gs, "goroutines") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,7 +51,12 @@ func TestTimeoutFollowsTheWaitChain(t *testing.T) {
 	ctx := context.Background()
 	done2 := make(chan error, 1)
 	go func() { done2 <- ranks[2].RunGroup(ctx, recvGroup(1, buf2)) }()
-	time.Sleep(300 * time.Millisecond) // rank 2's wait is the older
+	// Rank 2's wait is the older: published before rank 0's begins (a
+	// fixed sleep can be outlasted on a loaded machine).
+	on, _, _ := ranks[2].(*backend).waitWords(2)
+	for deadline := time.Now().Add(20 * time.Second); atomic.LoadUint64(on) == 0; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "rank 2 did not publish its wait")
+	}
 	err := ranks[0].RunGroup(ctx, recvGroup(2, buf0))
 	require.ErrorIs(t, err, collectives.ErrTimeout)
 	var pe *collectives.PeerError

@@ -17,8 +17,9 @@ import (
 
 // Scenario 4: Abort from other goroutines while a collective waits for a
 // peer that never joins it (host backend, two ranks in this process).
-// The wait returns within 1 s, every time; half the rounds have two
-// concurrent Aborts, on the waiting rank or across both ranks.
+// The wait returns at once (within 5 s, every time, allowing for a loaded
+// machine; the worst is logged); half the rounds have two concurrent
+// Aborts, on the waiting rank or across both ranks.
 func TestAbortWhileWaiting(t *testing.T) {
 	rounds := pick(200, 1000)
 	variants := []struct {
@@ -53,8 +54,8 @@ func TestAbortWhileWaiting(t *testing.T) {
 		var got error
 		select {
 		case got = <-done:
-		case <-time.After(time.Second):
-			t.Fatalf("round %d (%s): AllReduce still waiting 1 s after Abort", i, v.name)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d (%s): AllReduce still waiting 5 s after Abort", i, v.name)
 		}
 		lat := time.Since(t0)
 		wg.Wait()
@@ -68,11 +69,11 @@ func TestAbortWhileWaiting(t *testing.T) {
 		}
 		for _, c := range comms {
 			// The other rank learns through the bootstrap, asynchronously.
-			deadline := time.Now().Add(time.Second)
+			deadline := time.Now().Add(5 * time.Second)
 			for c.Err() == nil && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			ok = assert.Error(t, c.Err(), "round %d: rank %d's Err within 1 s of Abort", i, c.Rank()) && ok
+			ok = assert.Error(t, c.Err(), "round %d: rank %d's Err within 5 s of Abort", i, c.Rank()) && ok
 		}
 		closed := make(chan struct{})
 		go func() { closeAll(t, comms); close(closed) }()
@@ -90,7 +91,7 @@ func TestAbortWhileWaiting(t *testing.T) {
 	}
 	t.Logf("scenario 4: %d rounds, %d passed, worst Abort-to-return %v, %v in all", rounds, passed, worstLat, time.Since(start))
 	require.Equal(t, rounds, passed)
-	require.Less(t, worstLat, time.Second)
+	require.Less(t, worstLat, 5*time.Second)
 }
 
 // Scenario 2, in-process: Options.Timeout (no environment) bounds a host
@@ -111,6 +112,6 @@ func TestOptionsTimeoutBoundsCollective(t *testing.T) {
 	var pe *collectives.PeerError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, 1, pe.Rank, "%v", err)
-	assert.Less(t, took, 3*time.Second)
+	assert.Less(t, took, 10*time.Second, "the 1 s timeout, not the heartbeat's 50 s")
 	t.Logf("timed out after %v: %v", took, err)
 }

@@ -109,7 +109,7 @@ func TestKillDuringCollective(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/count=%d/victim=%d", tc.coll, tc.count, tc.victim), func(t *testing.T) {
 			j := startJob(t, nranks, []string{"FAULTS_COLL=" + tc.coll, "FAULTS_COUNT=" + strconv.Itoa(tc.count),
-				"FAULTS_HB=200ms", "GOCCL_TIMEOUT=30s"}, nil)
+				"FAULTS_HB=1s", "GOCCL_TIMEOUT=30s"}, nil)
 			fs := j.killInLoop(t, tc.victim, 20*time.Second)
 			for _, f := range fs {
 				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)
@@ -140,19 +140,23 @@ func TestStopDuringCollective(t *testing.T) {
 		bound  time.Duration
 		stall  bool // the resumed rank measures its stall (longer than its peers wait)
 	}{
-		// 5 missed beats of 200 ms.
-		{"heartbeat/leaf", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 1, 5 * time.Second, true},
-		{"heartbeat/root", []string{"FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"}, 0, 5 * time.Second, true},
-		// The host backend's wait bound, heartbeat far longer.
-		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 8 * time.Second, true},
+		// 5 missed beats of 500 ms, then up to 1.5 s for the others'
+		// records: about 4 s. The bounds leave as much again for a loaded
+		// machine, and the beat is long enough that a survivor starved of
+		// CPU for a second does not take itself for the stalled rank.
+		{"heartbeat/leaf", []string{"FAULTS_HB=500ms", "GOCCL_TIMEOUT=60s"}, 1, 10 * time.Second, true},
+		{"heartbeat/root", []string{"FAULTS_HB=500ms", "GOCCL_TIMEOUT=60s"}, 0, 10 * time.Second, true},
+		// The host backend's wait bound, heartbeat far longer: 3 s and
+		// the records' 1.5 s.
+		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 15 * time.Second, true},
 		// A ring exchange: the stopped rank's neighbours wait on it in a
 		// Send (4 MiB, past the ring: a rendezvous) and a Recv, each
 		// bounded by the same timeout.
-		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=1048576"}, 1, 8 * time.Second, true},
+		{"sendrecv-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=1048576"}, 1, 15 * time.Second, true},
 		// Eager Sends (400 KB): rank 0's Send to the stopped rank 1
 		// completes and rank 0 waits for rank 2, which waits for rank 1;
 		// rank 0's timeout follows that chain to rank 1.
-		{"sendrecv-eager-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 8 * time.Second, true},
+		{"sendrecv-eager-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s", "FAULTS_COLL=sendrecv", "FAULTS_COUNT=100000"}, 1, 15 * time.Second, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,7 +89,7 @@ func TestKillUnderLauncher(t *testing.T) {
 	const np, victim = 3, 1
 	j := launch(launcher.Config{
 		NP:    np,
-		Env:   rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=65536", "FAULTS_HB=200ms", "FAULTS_TERM=catch"),
+		Env:   rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=65536", "FAULTS_HB=1s", "FAULTS_TERM=catch"),
 		Grace: 10 * time.Second, Timeout: 60 * time.Second,
 	})
 	pid := j.tg.runningPid(t, np, victim)
@@ -143,7 +143,7 @@ func TestKillUnderGocclRun(t *testing.T) {
 	require.NoError(t, err)
 	const victim = 2
 	cmd := exec.Command(bin, "run", "-np", "3", "--tag-output", "--grace", "5s", "--timeout", "60s", os.Args[0], "-test.run=^$")
-	cmd.Env = rankEnv("FAULTS_COLL=reducescatter", "FAULTS_COUNT=4096", "FAULTS_HB=200ms")
+	cmd.Env = rankEnv("FAULTS_COLL=reducescatter", "FAULTS_COUNT=4096", "FAULTS_HB=1s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -178,7 +178,7 @@ func TestStopUnderLauncher(t *testing.T) {
 	const np, victim = 3, 1
 	j := launch(launcher.Config{
 		NP:    np,
-		Env:   rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=4096", "FAULTS_HB=200ms", "GOCCL_TIMEOUT=60s"),
+		Env:   rankEnv("FAULTS_COLL=allreduce", "FAULTS_COUNT=4096", "FAULTS_HB=500ms", "GOCCL_TIMEOUT=60s"),
 		Grace: 2 * time.Second, Timeout: 60 * time.Second,
 	})
 	pid := j.tg.runningPid(t, np, victim)

@@ -240,11 +240,11 @@ func abstractSockets(sub string) []string {
 	return out
 }
 
-// gocclFiles lists files whose name mentions goccl in /dev/shm and the
-// temporary directory (the file rendezvous publishes there).
-func gocclFiles() []string {
+// gocclFiles lists the files of dirs whose name mentions goccl (shared
+// memory, the file rendezvous's files).
+func gocclFiles(dirs ...string) []string {
 	var out []string
-	for _, dir := range []string{"/dev/shm", os.TempDir()} {
+	for _, dir := range dirs {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if strings.Contains(e.Name(), "goccl-") && !strings.HasPrefix(e.Name(), "goccl-tests-") {

@@ -46,7 +46,7 @@ func TestKillAcrossNodes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/count=%d/nranks=%d/victim=%d", tc.coll, tc.count, tc.nranks, tc.victim), func(t *testing.T) {
 			j := startJob(t, tc.nranks, []string{"FAULTS_COLL=" + tc.coll, "FAULTS_COUNT=" + strconv.Itoa(tc.count),
-				"FAULTS_HB=200ms", "GOCCL_TIMEOUT=30s", "GOCCL_BACKEND=host", "UCX_TLS=tcp,self"}, onFakeNodes(tc.nranks, 2))
+				"FAULTS_HB=1s", "GOCCL_TIMEOUT=30s", "GOCCL_BACKEND=host", "UCX_TLS=tcp,self"}, onFakeNodes(tc.nranks, 2))
 			fs := j.killInLoop(t, tc.victim, 30*time.Second)
 			for _, f := range fs {
 				assert.Equal(t, strconv.Itoa(tc.victim), field(f.line, "peer"), "rank %d must name the dead rank: %s", f.rank, f.line)

@@ -40,7 +40,7 @@ func TestLinkDownBetweenNodes(t *testing.T) {
 			for r := range nranks {
 				ranks = append(ranks, spawnIn(t, nodes, r/2, childVar+"=rank", "FAULTS_ID="+id.String(),
 					"FAULTS_NRANKS=4", "FAULTS_RANK="+strconv.Itoa(r), "FAULTS_COLL="+coll, "FAULTS_COUNT=100000",
-					"FAULTS_HB=200ms", "GOCCL_TIMEOUT=30s", "GOCCL_BACKEND=host",
+					"FAULTS_HB=500ms", "GOCCL_TIMEOUT=30s", "GOCCL_BACKEND=host",
 					"UCX_TLS=tcp,self", "UCX_NET_DEVICES="+twonodes.Dev,
 					// Each namespace is its own machine to goccl too.
 					fmt.Sprintf("GOCCL_HOSTID=ns-node-%d", r/2)))

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
@@ -78,6 +79,11 @@ func rankMain() int {
 				select {}
 			case "kill":
 				fmt.Println("KILLING")
+				// The others first leave call REC_AT-1 and enter this one:
+				// on a loaded machine they may still be coming out of the
+				// last step this rank has passed, and a death then finds
+				// them in the call before.
+				time.Sleep(time.Second)
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}
 			case "close":
