@@ -67,3 +67,68 @@ func TestInfoNoGPUAlgorithms(t *testing.T) {
 	out = render(t, topotest.H200x2(), false, ourGPUBox)
 	assert.Contains(t, out, "algorithms: oneshot, twoshot, ll, ce, nvls;")
 }
+
+// Every command built on newCommand reads as run, bench, info and model
+// do: -h prints the help (synopsis, what it does, flags) on stdout and
+// exits 0; a bad command line prints "goccl NAME: " and the error, then the
+// help, once, on stderr, and exits 2.
+func TestCommandHelpStyle(t *testing.T) {
+	cmds := map[string]func(args []string, stdout, stderr *bytes.Buffer) int{
+		"trace":   func(a []string, o, e *bytes.Buffer) int { return traceCmd(a, o, e) },
+		"dump":    func(a []string, o, e *bytes.Buffer) int { return dumpCmd(a, o, e) },
+		"plot":    func(a []string, o, e *bytes.Buffer) int { return plotCmd(a, o, e) },
+		"version": func(a []string, o, e *bytes.Buffer) int { return versionMain(a, o, e) },
+	}
+	for _, tc := range []struct {
+		cmd   string
+		args  []string
+		code  int
+		first string // how the output begins
+		flags bool   // the help lists flags
+	}{
+		{"trace", []string{"-h"}, 0, "usage: goccl trace [-o trace.json]", true},
+		{"trace", []string{"--help"}, 0, "usage: goccl trace [-o trace.json]", true},
+		{"trace", []string{"--bogus"}, 2, "goccl trace: flag provided but not defined: -bogus", true},
+		{"trace", nil, 2, "goccl trace: name at least one RECORD.json", true},
+		{"dump", []string{"-h"}, 0, "usage: goccl dump [-dir D]", true},
+		{"dump", []string{"-timeout", "soon", "1"}, 2, `goccl dump: invalid value "soon" for flag -timeout`, true},
+		{"dump", nil, 2, "goccl dump: name one PID", true},
+		{"dump", []string{"zero"}, 2, `goccl dump: PID "zero" is not a process id`, true},
+		{"plot", []string{"-h"}, 0, "usage: goccl plot -o FILE.png", true},
+		{"plot", []string{"x.json"}, 2, "goccl plot: name the plot to write with -o FILE", true},
+		{"plot", []string{"-o", "x.png"}, 2, "goccl plot: name at least one RUN.json", true},
+		{"version", []string{"-h"}, 0, "usage: goccl version", false},
+		{"version", []string{"x"}, 2, `goccl version: unexpected arguments ["x"]`, false},
+	} {
+		t.Run(tc.cmd+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			require.Equal(t, tc.code, cmds[tc.cmd](tc.args, &out, &errb))
+			text, quiet := out.String(), errb.String()
+			if tc.code != 0 {
+				text, quiet = quiet, text
+			}
+			assert.Empty(t, quiet)
+			assert.True(t, strings.HasPrefix(text, tc.first), text)
+			assert.Equal(t, 1, strings.Count(text, "usage: goccl "+tc.cmd), text)
+			assert.Equal(t, map[bool]int{true: 1, false: 0}[tc.flags], strings.Count(text, "\nflags:\n"), text)
+			assert.NotContains(t, text, "goccl "+tc.cmd+": goccl", "a doubled prefix")
+		})
+	}
+}
+
+// goccl help NAME is NAME's -h; an unknown name is a usage error.
+func TestDispatchHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"help"}, 0},
+		{[]string{"--help"}, 0},
+		{[]string{"help", "version"}, 0},
+		{[]string{"help", "nope"}, 2},
+		{[]string{"nope"}, 2},
+		{[]string{"--version"}, 0},
+	} {
+		assert.Equal(t, tc.code, dispatch(tc.args[0], tc.args[1:]), "%v", tc.args)
+	}
+}
