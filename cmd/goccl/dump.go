@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goccl/goccl/launcher"
 	"github.com/goccl/goccl/recorder"
 )
 
@@ -35,6 +36,12 @@ is not signalled, since the signal would kill it.`, stdout, stderr)
 	pid, err := strconv.Atoi(fs.Arg(0))
 	if err != nil || pid <= 0 {
 		return fs.usageError("PID %q is not a process id", fs.Arg(0))
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		return fs.fail("no process %d", pid)
+	}
+	if !launcher.Catches(pid, syscall.SIGUSR1) {
+		return fs.fail("process %d does not catch SIGUSR1, which would kill it: not a goccl rank; nothing sent", pid)
 	}
 	if *dir == "" {
 		*dir = envOf(pid, "GOCCL_RECORDER_DIR")

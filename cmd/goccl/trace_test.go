@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -103,4 +105,30 @@ func TestDumpCommand(t *testing.T) {
 		n++
 	}
 	assert.Positive(t, n)
+
+}
+
+// TestDumpSparesOtherProcesses: goccl dump does not signal a process that
+// does not catch SIGUSR1 (the signal would kill it), nor a missing one.
+func TestDumpSparesOtherProcesses(t *testing.T) {
+	sleeper := exec.Command("sleep", "60")
+	require.NoError(t, sleeper.Start())
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	for _, tc := range []struct {
+		name string
+		pid  int
+		want string
+	}{
+		{"not catching SIGUSR1", sleeper.Process.Pid, "does not catch SIGUSR1"},
+		{"no such process", 1 << 30, "no process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			assert.Equal(t, 1, dumpCmd([]string{"-timeout", "100ms", strconv.Itoa(tc.pid)}, &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.Empty(t, stdout.String())
+		})
+	}
+	// Still running: signal 0 reaches it.
+	assert.NoError(t, sleeper.Process.Signal(syscall.Signal(0)))
 }
