@@ -133,8 +133,8 @@ func TestParseArgs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "name a collective"},
-		{[]string{"all_to_one"}, "collective"},
+		{nil, "name a test (all_reduce, "},
+		{[]string{"all_to_one"}, `unknown collective: "all_to_one" (want all_reduce, `},
 		{[]string{"all_reduce", "broadcast"}, "unexpected argument"},
 		{[]string{"all_reduce", "-b", "1G", "-e", "1M"}, "minbytes"},
 		{[]string{"all_reduce", "-b", "1x"}, "-b"},

@@ -169,13 +169,14 @@ func ParseArgs(args []string) (Config, error) {
 		}
 		coll, rest = fs.Arg(0), fs.Args()[1:]
 	}
+	const tests = "all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter"
 	if coll == "" {
-		return cfg, fmt.Errorf("%w: name a collective (all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)", ErrUsage)
+		return cfg, fmt.Errorf("%w: name a test (%s)", ErrUsage, tests)
 	}
 	var err error
 	if cfg.P2P = parseP2PTest(coll); cfg.P2P == NoP2P {
 		if cfg.Coll, err = collectives.ParseCollective(coll); err != nil {
-			return cfg, fmt.Errorf("%w: collective: %w", ErrUsage, err)
+			return cfg, fmt.Errorf("%w: %w (want %s)", ErrUsage, err, tests)
 		}
 	}
 	if cfg.MinBytes, err = ParseSize(minB); err != nil {

@@ -61,9 +61,14 @@ func benchMain(args []string) int {
 	return code
 }
 
-// benchMsg is err's text without the bench package's own "bench: "
-// prefix, which the command's "goccl bench: " already says.
-func benchMsg(err error) string { return strings.TrimPrefix(err.Error(), "bench: ") }
+// benchMsg is err's text without the prefixes the command's
+// "goccl bench: " already says: the bench package's "bench: " (and its
+// usage sentinel's "bench: usage: "), and the library's "goccl: ".
+func benchMsg(err error) string {
+	s := strings.TrimPrefix(err.Error(), bench.ErrUsage.Error()+": ")
+	s = strings.TrimPrefix(s, "bench: ")
+	return strings.ReplaceAll(s, "goccl: ", "")
+}
 
 // leads reports whether this process holds rank 0, the one that reports.
 func leads(j *job.Job) bool {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/bench"
 	"github.com/goccl/goccl/topology/topotest"
 )
 
@@ -130,5 +131,25 @@ func TestDispatchHelp(t *testing.T) {
 		{[]string{"--version"}, 0},
 	} {
 		assert.Equal(t, tc.code, dispatch(tc.args[0], tc.args[1:]), "%v", tc.args)
+	}
+}
+
+// goccl bench's errors say what is wrong after one "goccl bench: ", with
+// neither the bench package's "usage: " nor the library's "goccl: ".
+func TestBenchMessages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `unknown collective: "bogus" (want all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)`},
+		{nil, "name a test (all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)"},
+		{[]string{"all_reduce", "-d", "float7"}, `-d: unknown datatype: "float7"`},
+		{[]string{"all_reduce", "-o", "xor"}, `-o: unknown reduction op: "xor"`},
+		{[]string{"all_reduce", "-b", "1X"}, `-b: invalid size "1X"`},
+		{[]string{"all_reduce", "--bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		_, err := bench.ParseArgs(tc.args)
+		require.Error(t, err, "%v", tc.args)
+		assert.Equal(t, tc.want, benchMsg(err), "%v", tc.args)
 	}
 }
