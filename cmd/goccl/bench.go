@@ -39,6 +39,12 @@ func benchMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(err))
 		return 1
 	}
+	if err := cfg.CheckBackend(bench.Backend(j.Backend)); err != nil {
+		// Every rank finds the same, so none waits for another.
+		_ = j.Close()
+		fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(err))
+		return 2
+	}
 	sum, runErr := bench.Run(ctx, &cfg, j.Ranks, os.Stdout)
 	if runErr != nil && !errors.Is(runErr, bench.ErrWrong) {
 		j.Abort(runErr)
