@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,16 +17,9 @@ import (
 // benchMain is `goccl bench`: see bench.Usage. It exits 0 when every
 // check passed, 1 on wrong results or any failure, 2 on a usage error.
 func benchMain(args []string) int {
-	cfg, err := bench.ParseArgs(args)
-	if err != nil {
-		for _, a := range args {
-			if a == "-h" || a == "--help" || a == "-help" {
-				fmt.Print(bench.Usage)
-				return 0
-			}
-		}
-		fmt.Fprintf(os.Stderr, "goccl bench: %s\n\n%s", benchMsg(err), bench.Usage)
-		return 2
+	cfg, code, ok := benchArgs(args, os.Stdout, os.Stderr)
+	if !ok {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -49,7 +43,7 @@ func benchMain(args []string) int {
 	if runErr != nil && !errors.Is(runErr, bench.ErrWrong) {
 		j.Abort(runErr)
 	}
-	code := 0
+	code = 0
 	if runErr != nil {
 		fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(runErr))
 		code = 1
@@ -65,6 +59,24 @@ func benchMain(args []string) int {
 		code = 1
 	}
 	return code
+}
+
+// benchArgs parses goccl bench's command line; when that ends the command
+// it returns false and the exit code: 0 for -h (the usage on stdout), 2
+// for a bad command line (the error and the usage on stderr).
+func benchArgs(args []string, stdout, stderr io.Writer) (bench.Config, int, bool) {
+	cfg, err := bench.ParseArgs(args)
+	if err == nil {
+		return cfg, 0, true
+	}
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fmt.Fprint(stdout, bench.Usage)
+			return cfg, 0, false
+		}
+	}
+	fmt.Fprintf(stderr, "goccl bench: %s\n%s", benchMsg(err), bench.Usage)
+	return cfg, 2, false
 }
 
 // benchMsg is err's text without the prefixes the command's

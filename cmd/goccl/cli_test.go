@@ -117,6 +117,38 @@ func TestCommandHelpStyle(t *testing.T) {
 	}
 }
 
+// goccl bench's help and usage errors read as the other commands': help
+// on stdout, an error then the usage, once, on stderr.
+func TestBenchUsageStyle(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		code  int
+		first string
+	}{
+		{[]string{"-h"}, 0, "usage: goccl bench <all_reduce|"},
+		{[]string{"all_reduce", "--help"}, 0, "usage: goccl bench <all_reduce|"},
+		{[]string{"all_reduce", "-q"}, 2, "goccl bench: flag provided but not defined: -q\nusage: goccl bench"},
+		{[]string{"bogus"}, 2, `goccl bench: unknown collective: "bogus" (want all_reduce,`},
+	} {
+		var out, errb bytes.Buffer
+		_, code, ok := benchArgs(tc.args, &out, &errb)
+		require.False(t, ok, "%v", tc.args)
+		require.Equal(t, tc.code, code, "%v", tc.args)
+		text, quiet := errb.String(), out.String()
+		if tc.code == 0 {
+			text, quiet = quiet, text
+		}
+		assert.Empty(t, quiet, "%v", tc.args)
+		assert.True(t, strings.HasPrefix(text, tc.first), "%v: %s", tc.args, text)
+		assert.Equal(t, 1, strings.Count(text, "usage: goccl bench"), "%v", tc.args)
+		assert.NotContains(t, text, "\n\nusage:", "%v: no blank line before the usage", tc.args)
+	}
+	cfg, code, ok := benchArgs([]string{"broadcast", "-b", "1K"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.True(t, ok)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, int64(1024), cfg.MinBytes)
+}
+
 // goccl help NAME is NAME's -h; an unknown name is a usage error.
 func TestDispatchHelp(t *testing.T) {
 	for _, tc := range []struct {
