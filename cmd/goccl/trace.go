@@ -38,11 +38,13 @@ thread per stream, a slice per call. Flags may follow the files.`, stdout, stder
 	}
 	recs := make([]*recorder.Record, 0, len(files))
 	for _, f := range files {
-		r, err := recorder.ReadFile(f)
+		// A file may hold several records: goccl dump's output for a
+		// process of several communicators.
+		rs, err := recorder.ReadRecords(f)
 		if err != nil {
 			return fs.fail("%s", recorderMsg(err))
 		}
-		recs = append(recs, r)
+		recs = append(recs, rs...)
 	}
 	w := stdout
 	if *out != "" {

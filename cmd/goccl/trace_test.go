@@ -92,6 +92,7 @@ func TestDumpCommand(t *testing.T) {
 	recordedJob(t, dir, 3)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, dumpCmd([]string{"-dir", dir, strconv.Itoa(os.Getpid())}, &stdout, &stderr), stderr.String())
+	dumped := bytes.Clone(stdout.Bytes())
 	// One JSON document per communicator of the process that has dumped
 	// by then; at least one, each with the three calls.
 	dec := json.NewDecoder(&stdout)
@@ -106,6 +107,21 @@ func TestDumpCommand(t *testing.T) {
 	}
 	assert.Positive(t, n)
 
+	// What dump printed (one record per communicator, one after the
+	// other) is what goccl trace reads.
+	path := filepath.Join(t.TempDir(), "dump.json")
+	require.NoError(t, os.WriteFile(path, dumped, 0o600))
+	var trace bytes.Buffer
+	require.Equal(t, 0, traceCmd([]string{path}, &trace, &stderr), stderr.String())
+	var tr recorder.Trace
+	require.NoError(t, json.Unmarshal(trace.Bytes(), &tr))
+	slices := 0
+	for _, ev := range tr.TraceEvents {
+		if ev.Ph == "X" {
+			slices++
+		}
+	}
+	assert.Equal(t, 3*n, slices, "three calls of each record dumped")
 }
 
 // TestDumpSparesOtherProcesses: goccl dump does not signal a process that
