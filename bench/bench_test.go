@@ -133,8 +133,8 @@ func TestParseArgs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "name a collective"},
-		{[]string{"all_to_one"}, "collective"},
+		{nil, "name a test (all_reduce, "},
+		{[]string{"all_to_one"}, `unknown collective: "all_to_one" (want all_reduce, `},
 		{[]string{"all_reduce", "broadcast"}, "unexpected argument"},
 		{[]string{"all_reduce", "-b", "1G", "-e", "1M"}, "minbytes"},
 		{[]string{"all_reduce", "-b", "1x"}, "-b"},
@@ -335,4 +335,33 @@ func TestJSONAndPlot(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "empty.json"), []byte(`{"rows":[]}`), 0o644))
 	_, err = ReadReport(filepath.Join(dir, "empty.json"))
 	require.ErrorContains(t, err, "no rows")
+}
+
+// Under --backend auto, -G and -R are checked again once the job's backend
+// is known: on the host backend they fail before anything runs.
+func TestCheckBackend(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		backend Backend
+		want    string // "" for no error
+	}{
+		{[]string{"all_reduce", "-G", "2"}, BackendHost, "-G needs the gpu backend (this job runs on the host backend)"},
+		{[]string{"all_reduce", "-R", "1"}, BackendHost, "-R needs the gpu backend (this job runs on the host backend)"},
+		{[]string{"all_reduce", "-R", "2", "-G", "1"}, BackendGPU, ""},
+		{[]string{"all_reduce", "-G", "2", "--backend", "gpu"}, BackendGPU, ""},
+		{[]string{"all_reduce"}, BackendHost, ""},
+	} {
+		cfg, err := ParseArgs(tc.args)
+		require.NoError(t, err, "%v: auto (or gpu) takes these flags", tc.args)
+		err = cfg.CheckBackend(tc.backend)
+		if tc.want == "" {
+			assert.NoError(t, err, "%v", tc.args)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrUsage, "%v", tc.args)
+		assert.ErrorContains(t, err, tc.want, "%v", tc.args)
+	}
+	_, err := ParseArgs([]string{"all_reduce", "-G", "2", "--backend", "host"})
+	assert.ErrorContains(t, err, "-G needs the gpu backend", "an explicit host backend fails at once")
+	assert.NotContains(t, err.Error(), "this job runs", "--backend host said so itself")
 }

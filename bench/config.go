@@ -169,13 +169,14 @@ func ParseArgs(args []string) (Config, error) {
 		}
 		coll, rest = fs.Arg(0), fs.Args()[1:]
 	}
+	const tests = "all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter"
 	if coll == "" {
-		return cfg, fmt.Errorf("%w: name a collective (all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)", ErrUsage)
+		return cfg, fmt.Errorf("%w: name a test (%s)", ErrUsage, tests)
 	}
 	var err error
 	if cfg.P2P = parseP2PTest(coll); cfg.P2P == NoP2P {
 		if cfg.Coll, err = collectives.ParseCollective(coll); err != nil {
-			return cfg, fmt.Errorf("%w: collective: %w", ErrUsage, err)
+			return cfg, fmt.Errorf("%w: %w (want %s)", ErrUsage, err, tests)
 		}
 	}
 	if cfg.MinBytes, err = ParseSize(minB); err != nil {
@@ -263,13 +264,25 @@ func (c *Config) validate() error {
 	case c.Peer != "" && c.Plot == "":
 		return bad("--peer needs --plot")
 	}
-	if c.Backend == BackendHost {
-		switch {
-		case c.Graph > 0:
-			return bad("-G needs the gpu backend")
-		case c.Register > 0:
-			return bad("-R needs the gpu backend")
-		}
+	return c.CheckBackend(c.Backend)
+}
+
+// CheckBackend rejects the flags that backend b cannot serve: -G and -R
+// need the gpu backend. ParseArgs checks the --backend given; the caller
+// checks again once auto has chosen, before anything runs.
+func (c *Config) CheckBackend(b Backend) error {
+	if b != BackendHost {
+		return nil
+	}
+	why := ""
+	if c.Backend == BackendAuto {
+		why = " (this job runs on the host backend)"
+	}
+	switch {
+	case c.Graph > 0:
+		return fmt.Errorf("%w: -G needs the gpu backend%s", ErrUsage, why)
+	case c.Register > 0:
+		return fmt.Errorf("%w: -R needs the gpu backend%s", ErrUsage, why)
 	}
 	return nil
 }

@@ -106,7 +106,7 @@ func init() {
 		lvl = comm.LevelTrace
 	}
 	logErrors = os.Getenv("GOCCL_DEBUG") != ""
-	logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: comm.NameTraceLevel}))
 	// The library is the only Go in its process: what goccl's packages log
 	// through slog's default logger follows GOCCL_DEBUG too, so that a
 	// program gets no INFO lines it did not ask for.

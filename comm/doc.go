@@ -1,5 +1,14 @@
-// Package comm creates and tears down communicators: the unique id, the
-// TCP bootstrap and its rendezvous, the launchers' environment contracts
+// Package comm is goccl's Go API. A program makes one communicator per
+// rank (InitFromEnv under goccl run, torchrun, mpirun or srun; InitRank
+// with a UniqueID; InitAll for several devices of one process) and calls
+// its collectives (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter),
+// point-to-point calls (Send, Recv, AllToAll, Gather, Scatter) and Groups
+// on device buffers and the caller's CUDA stream, or on host memory with
+// BackendHost. docs/guide.md is the user's guide; the Example functions
+// are its code.
+//
+// Inside, the package creates and tears down communicators: the unique
+// id, the TCP bootstrap and its rendezvous, the launchers' environment contracts
 // (GOCCL_COMM_ID, torchrun, Open MPI, PMI, Slurm), the Unix sockets that
 // pass file descriptors between the ranks of a node, and the Comm type
 // through which users call collectives. It sits above collectives/ and

@@ -1,7 +1,9 @@
 package comm
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -146,5 +148,26 @@ func TestOptionsResolveErrors(t *testing.T) {
 			require.ErrorIs(t, err, collectives.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), c.want)
 		})
+	}
+}
+
+// goccl's text logs name LevelTrace TRACE (slog alone writes DEBUG-4) and
+// leave the other levels as slog writes them.
+func TestNameTraceLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level slog.Level
+		want  string
+	}{
+		{LevelTrace, "level=TRACE "},
+		{slog.LevelDebug, "level=DEBUG "},
+		{slog.LevelInfo, "level=INFO "},
+		{slog.LevelWarn, "level=WARN "},
+		{LevelTrace + 1, "level=DEBUG-3 "},
+	} {
+		var b bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: LevelTrace, ReplaceAttr: NameTraceLevel}))
+		log.Log(context.Background(), tc.level, "m", "level", "an attribute named level")
+		assert.Contains(t, b.String(), tc.want, "%v", tc.level)
+		assert.Contains(t, b.String(), `level="an attribute named level"`, "only the record's level is renamed")
 	}
 }

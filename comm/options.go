@@ -32,6 +32,18 @@ const (
 // LevelTrace is GOCCL_DEBUG=TRACE's slog level.
 const LevelTrace = slog.LevelDebug - 4
 
+// NameTraceLevel is a slog.HandlerOptions.ReplaceAttr that writes
+// LevelTrace as "TRACE", where slog would write "DEBUG-4". goccl's own
+// loggers use it; an Options.Logger may too.
+func NameTraceLevel(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.LevelKey {
+		if l, ok := a.Value.Any().(slog.Level); ok && l == LevelTrace {
+			a.Value = slog.StringValue("TRACE")
+		}
+	}
+	return a
+}
+
 // Options configure a communicator. The zero value means defaults; the
 // GOCCL_* environment variables fill what is left unset.
 type Options struct {
@@ -195,7 +207,7 @@ func (o *Options) resolve(env map[string]string) (settings, error) {
 		default:
 			return s, envErr("GOCCL_DEBUG", env["GOCCL_DEBUG"], "want WARN, INFO or TRACE")
 		}
-		s.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+		s.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: NameTraceLevel}))
 	}
 	return s, nil
 }

@@ -66,6 +66,10 @@ func register(c *Comm) {
 	if c.obs.set.metricsAddr != "" && live.srv == nil {
 		if err := startMetrics(c); err != nil {
 			c.log.Warn("goccl: metrics endpoint", "rank", c.rank, "addr", c.obs.set.metricsAddr, "err", err)
+		} else {
+			// The port may be the system's choice (port 0) or offset by
+			// the local rank: say where to scrape.
+			c.log.Info("goccl: metrics endpoint", "rank", c.rank, "url", "http://"+live.srvAddr+"/metrics")
 		}
 	}
 }

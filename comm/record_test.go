@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/internal/syncbuf"
 	"github.com/goccl/goccl/recorder"
 )
 
@@ -215,6 +217,30 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NotNil(t, fams["goccl_bytes_total"])
 	require.NotNil(t, fams["goccl_busbw_gbps"])
 	assert.Nil(t, fams["goccl_link_ceiling_gbps"], "the host backend knows no link ceiling")
+}
+
+// TestMetricsEndpointLogged: at INFO the rank that opens the endpoint says
+// where it listens, the system's port included when GOCCL_METRICS_ADDR asks
+// for port 0; an address that cannot be used is a warning naming it.
+func TestMetricsEndpointLogged(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want func() string
+	}{
+		{"127.0.0.1:0", func() string { return `msg="goccl: metrics endpoint" rank=0 url=http://` + MetricsAddr() + "/metrics" }},
+		{"no-port", func() string { return `level=WARN msg="goccl: metrics endpoint" rank=0 addr=no-port err=` }},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			require.Empty(t, MetricsAddr(), "another test's endpoint is still open")
+			var log syncbuf.Buffer
+			comms, err := InitAll(context.Background(), []int{0}, Options{Backend: BackendHost,
+				Env:    map[string]string{"GOCCL_METRICS_ADDR": tc.addr},
+				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+			require.NoError(t, err, "a bad address fails no init")
+			assert.Contains(t, log.String(), tc.want())
+			require.NoError(t, comms[0].Close())
+		})
+	}
 }
 
 // TestDumpOnSIGUSR1: the signal makes every rank write its record to

@@ -46,7 +46,7 @@ func (f durationFlag) Set(s string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("not a duration (want e.g. 30s, 5m): %q", s)
+		return errors.New("not a duration (want e.g. 30s, 5m, or seconds)")
 	}
 	*f.d = d
 	return nil
@@ -102,7 +102,9 @@ func logLevel() slog.Level {
 // and SIGHUP forwarded to the ranks, reports how it ended on stderr, and
 // returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	cfg, err := ParseArgs(args, stderr)
+	// Help is asked for, so it goes to stdout, as `goccl bench -h`'s and
+	// `goccl info -h`'s; a usage error goes to stderr.
+	cfg, err := ParseArgs(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

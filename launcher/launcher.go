@@ -2,7 +2,9 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
@@ -140,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	path, err := exec.LookPath(c.Program)
 	if err != nil {
 		res.ExitCode = ExitConfig
-		return res, fmt.Errorf("%w: program %q: %w", ErrConfig, c.Program, err)
+		return res, fmt.Errorf("%w: program %q: %w", ErrConfig, c.Program, lookPathCause(err))
 	}
 	if res.Token, err = NewToken(); err != nil {
 		res.ExitCode = ExitInternal
@@ -452,4 +454,19 @@ func rankList(ranks []int) string {
 		b.WriteString(strconv.Itoa(r))
 	}
 	return b.String()
+}
+
+// lookPathCause is what exec.LookPath's error says beyond the program's
+// name, which the launcher's message already gives: "executable file not
+// found in $PATH", "permission denied", "no such file or directory".
+func lookPathCause(err error) error {
+	var ee *exec.Error
+	if !errors.As(err, &ee) {
+		return err
+	}
+	var pe *fs.PathError
+	if errors.As(ee.Err, &pe) {
+		return pe.Err
+	}
+	return ee.Err
 }

@@ -163,7 +163,10 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"zero ranks", func(c *Config) { c.NP = 0 }, "number of ranks 0"},
 		{"too many ranks", func(c *Config) { c.NP = MaxRanks + 1 }, "number of ranks 1025"},
 		{"no program", func(c *Config) { c.Program = "" }, "no program"},
-		{"missing program", func(c *Config) { c.Program = "/nonexistent/goccl-prog" }, `program "/nonexistent/goccl-prog"`},
+		// The program is named once, with what is wrong with it.
+		{"missing program", func(c *Config) { c.Program = "/nonexistent/goccl-prog" }, `program "/nonexistent/goccl-prog": no such file or directory`},
+		{"program not on PATH", func(c *Config) { c.Program = "goccl-no-such-prog" }, `program "goccl-no-such-prog": executable file not found in $PATH`},
+		{"directory as program", func(c *Config) { c.Program = "/" }, `program "/": is a directory`},
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "timeout -1s is negative"},
 		{"negative grace", func(c *Config) { c.Grace = -time.Second }, "grace period -1s is negative"},
 		{"bad port", func(c *Config) { c.Port = 70000 }, "port 70000"},
@@ -176,6 +179,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 			res, err := Run(context.Background(), cfg)
 			require.ErrorIs(t, err, ErrConfig)
 			assert.Contains(t, err.Error(), tc.text)
+			assert.NotContains(t, err.Error(), "exec:", "the program named twice")
 			assert.Equal(t, ExitConfig, res.ExitCode)
 			assert.Empty(t, res.Ranks, "nothing may be started")
 		})

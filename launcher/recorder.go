@@ -47,11 +47,11 @@ func recorderDir(c *Config, token string) (string, func()) {
 	return dir, func() { _ = os.RemoveAll(dir) }
 }
 
-// catches reports whether process pid catches signal sig (its SigCgt
+// Catches reports whether process pid catches signal sig (its SigCgt
 // mask in /proc): a rank that does not would die of SIGUSR1. Go programs
 // all do, and ignore it unless they asked for it (goccl's ranks with a
 // recorder directory do).
-func catches(pid int, sig syscall.Signal) bool {
+func Catches(pid int, sig syscall.Signal) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return false
@@ -79,7 +79,7 @@ func (j *jobRun) askDumps() {
 		case j.res.Ranks[p.rank].Exited:
 		case j.sink != nil && j.sink.connected(p.rank):
 			viaSock = append(viaSock, p.rank)
-		case j.recDir != "" && catches(pid, syscall.SIGUSR1) && syscall.Kill(pid, syscall.SIGUSR1) == nil:
+		case j.recDir != "" && Catches(pid, syscall.SIGUSR1) && syscall.Kill(pid, syscall.SIGUSR1) == nil:
 			want[pid] = true
 		}
 	}

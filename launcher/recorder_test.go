@@ -36,13 +36,13 @@ func TestRecorderDir(t *testing.T) {
 
 func TestCatches(t *testing.T) {
 	// Go programs catch every signal; sleep(1) catches none.
-	assert.True(t, catches(os.Getpid(), syscall.SIGUSR1))
+	assert.True(t, Catches(os.Getpid(), syscall.SIGUSR1))
 	cmd := exec.Command("sleep", "5")
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	time.Sleep(100 * time.Millisecond) // exec has replaced the forked Go image
-	assert.False(t, catches(cmd.Process.Pid, syscall.SIGUSR1))
-	assert.False(t, catches(1<<30, syscall.SIGUSR1), "no such process")
+	assert.False(t, Catches(cmd.Process.Pid, syscall.SIGUSR1))
+	assert.False(t, Catches(1<<30, syscall.SIGUSR1), "no such process")
 }
 
 func TestSummarize(t *testing.T) {

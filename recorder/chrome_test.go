@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,47 @@ func TestFilesRoundTrip(t *testing.T) {
 		"rank 0's last call: AllReduce #10, finished; rank 2's last call: AllReduce #1, enqueued", lines[0])
 	_, err = ReadFile(filepath.Join(dir, "missing.json"))
 	require.Error(t, err)
+}
+
+// ReadRecords takes a rank's file and what goccl dump prints for a process
+// of several communicators: records one after the other.
+func TestReadRecords(t *testing.T) {
+	dir := t.TempDir()
+	a, b := rec(0, call("AllReduce", 1, "finished")), rec(1, call("AllReduce", 1, "finished"))
+	ja, err := a.JSON()
+	require.NoError(t, err)
+	jb, err := b.JSON()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, text string
+		ranks      []int  // of the records read
+		err        string // "" for none
+	}{
+		{"one", string(ja), []int{0}, ""},
+		{"two after each other", string(ja) + string(jb), []int{0, 1}, ""},
+		{"empty", "", nil, "no record"},
+		{"not a record", "{}", nil, "record 1: version 0, want 1 (not a flight record?)"},
+		{"truncated second", string(ja) + string(jb[:len(jb)/2]), nil, "record 2: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".json")
+			require.NoError(t, os.WriteFile(path, []byte(tc.text), 0o600))
+			recs, err := ReadRecords(path)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			var ranks []int
+			for _, r := range recs {
+				ranks = append(ranks, r.Rank)
+				assert.Equal(t, a.Calls, r.Calls)
+			}
+			assert.Equal(t, tc.ranks, ranks)
+		})
+	}
+	_, err = ReadRecords(filepath.Join(dir, "missing.json"))
+	assert.Error(t, err)
 }
 
 // jobNow is when rank 1's last call started.

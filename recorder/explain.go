@@ -263,7 +263,7 @@ func explainIdle(nranks int, recs []*Record) string {
 			missing = append(missing, r)
 			continue
 		}
-		k := "no call yet"
+		k := "" // no call yet
 		if l, ok := recs[r].Last(); ok {
 			k = fmt.Sprintf("%s #%d, %s", l.Call, l.Seq, l.State)
 		}
@@ -274,6 +274,10 @@ func explainIdle(nranks int, recs []*Record) string {
 	}
 	parts = append(parts, "no rank is in a call")
 	for _, k := range keys {
+		if k == "" {
+			parts = append(parts, fmt.Sprintf("%s made no call yet", ranks(byLast[k])))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s: last call %s", ranks(byLast[k]), k))
 	}
 	if len(missing) > 0 {

@@ -64,6 +64,9 @@ func TestExplain(t *testing.T) {
 			rec(0, call("AllReduce", 2, "finished")), rec(1, call("AllReduce", 2, "finished")),
 			rec(2, call("AllReduce", 1, "finished")), nil,
 		}, "no rank is in a call; ranks 0 and 1: last call AllReduce #2, finished; rank 2: last call AllReduce #1, finished; rank 3 gave no record"},
+		{"idle before any call", []*Record{
+			rec(0), rec(1), rec(2, call("AllReduce", 1, "finished")), nil,
+		}, "no rank is in a call; ranks 0 and 1 made no call yet; rank 2: last call AllReduce #1, finished; rank 3 gave no record"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,6 +62,33 @@ func ReadFile(path string) (*Record, error) {
 	return &rec, nil
 }
 
+// ReadRecords reads every record of a file: one (a rank's file) or several
+// one after the other (what goccl dump prints for a process with several
+// communicators).
+func ReadRecords(path string) ([]*Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	defer f.Close()
+	var out []*Record
+	dec := json.NewDecoder(f)
+	for dec.More() {
+		var rec Record
+		if err := dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("recorder: %s: record %d: %w", path, len(out)+1, err)
+		}
+		if rec.Version != recordVersion {
+			return nil, fmt.Errorf("recorder: %s: record %d: version %d, want %d (not a flight record?)", path, len(out)+1, rec.Version, recordVersion)
+		}
+		out = append(out, &rec)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("recorder: %s: no record", path)
+	}
+	return out, nil
+}
+
 // ReadDir reads every record in dir, grouped by communicator: for each
 // communicator id a slice indexed by rank (nil where a rank wrote none).
 // Files that do not parse are skipped.

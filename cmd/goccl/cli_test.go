@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/bench"
 	"github.com/goccl/goccl/topology/topotest"
 )
 
@@ -66,4 +67,121 @@ func TestInfoNoGPUAlgorithms(t *testing.T) {
 	assert.Contains(t, out, "forced by GOCCL_ALGO=twoshot\n")
 	out = render(t, topotest.H200x2(), false, ourGPUBox)
 	assert.Contains(t, out, "algorithms: oneshot, twoshot, ll, ce, nvls;")
+}
+
+// Every command built on newCommand reads as run, bench, info and model
+// do: -h prints the help (synopsis, what it does, flags) on stdout and
+// exits 0; a bad command line prints "goccl NAME: " and the error, then the
+// help, once, on stderr, and exits 2.
+func TestCommandHelpStyle(t *testing.T) {
+	cmds := map[string]func(args []string, stdout, stderr *bytes.Buffer) int{
+		"trace":   func(a []string, o, e *bytes.Buffer) int { return traceCmd(a, o, e) },
+		"dump":    func(a []string, o, e *bytes.Buffer) int { return dumpCmd(a, o, e) },
+		"plot":    func(a []string, o, e *bytes.Buffer) int { return plotCmd(a, o, e) },
+		"version": func(a []string, o, e *bytes.Buffer) int { return versionMain(a, o, e) },
+	}
+	for _, tc := range []struct {
+		cmd   string
+		args  []string
+		code  int
+		first string // how the output begins
+		flags bool   // the help lists flags
+	}{
+		{"trace", []string{"-h"}, 0, "usage: goccl trace [-o trace.json]", true},
+		{"trace", []string{"--help"}, 0, "usage: goccl trace [-o trace.json]", true},
+		{"trace", []string{"--bogus"}, 2, "goccl trace: flag provided but not defined: -bogus", true},
+		{"trace", nil, 2, "goccl trace: name at least one RECORD.json", true},
+		{"dump", []string{"-h"}, 0, "usage: goccl dump [-dir D]", true},
+		{"dump", []string{"-timeout", "soon", "1"}, 2, `goccl dump: invalid value "soon" for flag -timeout`, true},
+		{"dump", nil, 2, "goccl dump: name one PID", true},
+		{"dump", []string{"zero"}, 2, `goccl dump: PID "zero" is not a process id`, true},
+		{"plot", []string{"-h"}, 0, "usage: goccl plot -o FILE.png", true},
+		{"plot", []string{"x.json"}, 2, "goccl plot: name the plot to write with -o FILE", true},
+		{"plot", []string{"-o", "x.png"}, 2, "goccl plot: name at least one RUN.json", true},
+		{"version", []string{"-h"}, 0, "usage: goccl version", false},
+		{"version", []string{"x"}, 2, `goccl version: unexpected arguments ["x"]`, false},
+	} {
+		t.Run(tc.cmd+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			require.Equal(t, tc.code, cmds[tc.cmd](tc.args, &out, &errb))
+			text, quiet := out.String(), errb.String()
+			if tc.code != 0 {
+				text, quiet = quiet, text
+			}
+			assert.Empty(t, quiet)
+			assert.True(t, strings.HasPrefix(text, tc.first), text)
+			assert.Equal(t, 1, strings.Count(text, "usage: goccl "+tc.cmd), text)
+			assert.Equal(t, map[bool]int{true: 1, false: 0}[tc.flags], strings.Count(text, "\nflags:\n"), text)
+			assert.NotContains(t, text, "goccl "+tc.cmd+": goccl", "a doubled prefix")
+		})
+	}
+}
+
+// goccl bench's help and usage errors read as the other commands': help
+// on stdout, an error then the usage, once, on stderr.
+func TestBenchUsageStyle(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		code  int
+		first string
+	}{
+		{[]string{"-h"}, 0, "usage: goccl bench <all_reduce|"},
+		{[]string{"all_reduce", "--help"}, 0, "usage: goccl bench <all_reduce|"},
+		{[]string{"all_reduce", "-q"}, 2, "goccl bench: flag provided but not defined: -q\nusage: goccl bench"},
+		{[]string{"bogus"}, 2, `goccl bench: unknown collective: "bogus" (want all_reduce,`},
+	} {
+		var out, errb bytes.Buffer
+		_, code, ok := benchArgs(tc.args, &out, &errb)
+		require.False(t, ok, "%v", tc.args)
+		require.Equal(t, tc.code, code, "%v", tc.args)
+		text, quiet := errb.String(), out.String()
+		if tc.code == 0 {
+			text, quiet = quiet, text
+		}
+		assert.Empty(t, quiet, "%v", tc.args)
+		assert.True(t, strings.HasPrefix(text, tc.first), "%v: %s", tc.args, text)
+		assert.Equal(t, 1, strings.Count(text, "usage: goccl bench"), "%v", tc.args)
+		assert.NotContains(t, text, "\n\nusage:", "%v: no blank line before the usage", tc.args)
+	}
+	cfg, code, ok := benchArgs([]string{"broadcast", "-b", "1K"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.True(t, ok)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, int64(1024), cfg.MinBytes)
+}
+
+// goccl help NAME is NAME's -h; an unknown name is a usage error.
+func TestDispatchHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"help"}, 0},
+		{[]string{"--help"}, 0},
+		{[]string{"help", "version"}, 0},
+		{[]string{"help", "nope"}, 2},
+		{[]string{"nope"}, 2},
+		{[]string{"--version"}, 0},
+	} {
+		assert.Equal(t, tc.code, dispatch(tc.args[0], tc.args[1:]), "%v", tc.args)
+	}
+}
+
+// goccl bench's errors say what is wrong after one "goccl bench: ", with
+// neither the bench package's "usage: " nor the library's "goccl: ".
+func TestBenchMessages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `unknown collective: "bogus" (want all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)`},
+		{nil, "name a test (all_reduce, broadcast, reduce_scatter, all_gather, reduce, sendrecv, alltoall, gather, scatter)"},
+		{[]string{"all_reduce", "-d", "float7"}, `-d: unknown datatype: "float7"`},
+		{[]string{"all_reduce", "-o", "xor"}, `-o: unknown reduction op: "xor"`},
+		{[]string{"all_reduce", "-b", "1X"}, `-b: invalid size "1X"`},
+		{[]string{"all_reduce", "--bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		_, err := bench.ParseArgs(tc.args)
+		require.Error(t, err, "%v", tc.args)
+		assert.Equal(t, tc.want, benchMsg(err), "%v", tc.args)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goccl/goccl/launcher"
 	"github.com/goccl/goccl/recorder"
 )
 
@@ -18,31 +19,39 @@ import (
 func dumpMain(args []string) int { return dumpCmd(args, os.Stdout, os.Stderr) }
 
 func dumpCmd(args []string, stdout, stderr io.Writer) int {
-	fs := subcommandFlags("dump", "usage: goccl dump [-dir D] [-timeout 5s] PID", stderr)
-	dir := fs.String("dir", "", "the rank's GOCCL_RECORDER_DIR (default: read from its environment)")
-	wait := fs.Duration("timeout", 5*time.Second, "how long to wait for the record")
-	if code, ok := parseFlags(fs, args); !ok {
+	fs := newCommand("dump", "goccl dump [-dir D] [-timeout 5s] PID",
+		`Sends SIGUSR1 to a running rank, which writes its flight record (one
+per communicator) to its GOCCL_RECORDER_DIR without stopping, and prints
+the records. Ranks take SIGUSR1 where GOCCL_RECORDER_DIR is set (goccl run
+sets it) or GOCCL_RECORDER_SIGNAL=1; a process that does not catch SIGUSR1
+is not signalled, since the signal would kill it.`, stdout, stderr)
+	dir := fs.String("dir", "", "read the record from directory `D` (default: the rank's GOCCL_RECORDER_DIR)")
+	wait := fs.Duration("timeout", 5*time.Second, "wait up to `D` for the record")
+	if code, ok := fs.parse(args); !ok {
 		return code
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
+		return fs.usageError("name one PID")
 	}
 	pid, err := strconv.Atoi(fs.Arg(0))
 	if err != nil || pid <= 0 {
-		fmt.Fprintf(stderr, "goccl dump: PID %q is not a process id\n", fs.Arg(0))
-		return 2
+		return fs.usageError("PID %q is not a process id", fs.Arg(0))
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		return fs.fail("no process %d", pid)
+	}
+	if !launcher.Catches(pid, syscall.SIGUSR1) {
+		return fs.fail("process %d does not catch SIGUSR1, which would kill it: not a goccl rank; nothing sent", pid)
 	}
 	if *dir == "" {
 		*dir = envOf(pid, "GOCCL_RECORDER_DIR")
 	}
 	t0 := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
-		fmt.Fprintf(stderr, "goccl dump: signalling %d: %v\n", pid, err)
-		return 1
+		return fs.fail("signalling %d: %v", pid, err)
 	}
 	if *dir == "" {
-		fmt.Fprintf(stderr, "goccl dump: %d has no GOCCL_RECORDER_DIR: its record went to its standard error\n", pid)
+		fmt.Fprintf(stderr, "goccl dump: %d has no GOCCL_RECORDER_DIR: with GOCCL_RECORDER_SIGNAL=1 its record went to its standard error\n", pid)
 		return 0
 	}
 	deadline := t0.Add(*wait)
@@ -54,8 +63,7 @@ func dumpCmd(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(stderr, "goccl dump: no record from %d in %s within %v (is it a goccl rank?)\n", pid, *dir, *wait)
-			return 1
+			return fs.fail("no record from %d in %s within %v (is it a goccl rank with a live communicator?)", pid, *dir, *wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

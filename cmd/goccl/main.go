@@ -13,45 +13,66 @@ import (
 const usage = `usage: goccl <command> [arguments]
 
 commands:
-  run    -np N [--tag-output] [--timeout D] prog args...   start N local ranks
-  bench  <all_reduce|broadcast|reduce_scatter|all_gather|reduce> [flags]
-  plot   -o FILE.png RUN.json [PEER.json...]                busbw against size from saved reports
-  info   [--json]                                            devices, links, choices
-  model  [--nodes LIST] [--sizes LIST] [--markdown] ...      predicted cost across nodes (arithmetic)
-  version                                                    goccl's version and Go's
-  trace  [-o trace.json] [-png out.png] rank*.json           flight records as a Chrome trace and a timeline
-  dump   PID                                                 a running rank's flight record (SIGUSR1)
+  run      -np N [--tag-output] [--timeout D] [--grace D] prog [args...]
+           start N local ranks of prog
+  bench    <test> [-b N] [-e N] [-f F] [-n N] [-d TYPE] [-o OP] ...
+           time a test in nccl-tests' format; tests: all_reduce, all_gather,
+           broadcast, reduce, reduce_scatter, sendrecv, alltoall, gather, scatter
+  plot     -o FILE.png RUN.json [PEER.json...]
+           busbw against size from saved bench reports
+  info     [--json]
+           devices, links, and the transport and algorithms goccl would choose
+  model    [--nodes LIST] [--sizes LIST] [--markdown] ...
+           predicted cost of collectives across nodes (arithmetic, runs nothing)
+  trace    [-o trace.json] [-png timeline.png] RECORD.json...
+           flight records as a Chrome trace and a timeline
+  dump     [-dir D] [-timeout 5s] PID
+           a running rank's flight record (SIGUSR1)
+  version  goccl's version and Go's
+
+"goccl help <command>" or "goccl <command> -h" shows a command's flags.
 `
+
+// commands maps each command's name to its entry point.
+var commands = map[string]func(args []string) int{
+	"run":     runMain,
+	"bench":   benchMain,
+	"plot":    plotMain,
+	"info":    infoMain,
+	"model":   modelMain,
+	"version": func(args []string) int { return versionMain(args, os.Stdout, os.Stderr) },
+	"trace":   traceMain,
+	"dump":    dumpMain,
+}
 
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
-	cmd, args := os.Args[1], os.Args[2:]
-	var code int
+	os.Exit(dispatch(os.Args[1], os.Args[2:]))
+}
+
+// dispatch runs command cmd and returns its exit code.
+func dispatch(cmd string, args []string) int {
 	switch cmd {
-	case "run":
-		code = runMain(args)
-	case "bench":
-		code = benchMain(args)
-	case "plot":
-		code = plotMain(args)
-	case "info":
-		code = infoMain(args)
-	case "model":
-		code = modelMain(args)
-	case "version", "--version":
-		code = versionMain(args, os.Stdout, os.Stderr)
-	case "trace":
-		code = traceMain(args)
-	case "dump":
-		code = dumpMain(args)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-	default:
-		fmt.Fprintf(os.Stderr, "goccl: unknown command %q\n%s", cmd, usage)
-		code = 2
+	case "--version":
+		cmd = "version"
+	case "help", "-h", "-help", "--help":
+		if len(args) == 0 {
+			fmt.Print(usage)
+			return 0
+		}
+		if _, ok := commands[args[0]]; !ok {
+			fmt.Fprintf(os.Stderr, "goccl help: unknown command %q\n%s", args[0], usage)
+			return 2
+		}
+		cmd, args = args[0], []string{"-h"}
 	}
-	os.Exit(code)
+	run, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "goccl: unknown command %q\n%s", cmd, usage)
+		return 2
+	}
+	return run(args)
 }

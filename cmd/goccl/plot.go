@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 
@@ -13,36 +12,38 @@ import (
 // same plot as `goccl bench --plot`, for runs made elsewhere, such as the
 // GPU machine's perf.sh.
 func plotMain(args []string) int {
-	return plotCmd(args, os.Stderr)
+	return plotCmd(args, os.Stdout, os.Stderr)
 }
 
-func plotCmd(args []string, stderr io.Writer) int {
-	fs := subcommandFlags("plot", "usage: goccl plot -o FILE.png RUN.json [PEER.json...]", stderr)
-	out := fs.String("o", "", "the plot to write (.png, .svg or .pdf)")
-	if code, ok := parseFlags(fs, args); !ok {
+func plotCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newCommand("plot", "goccl plot -o FILE.png RUN.json [PEER.json...]",
+		`Draws busbw against size from reports saved with goccl bench --json (or
+NCCL's, from bench/nccl): the first run solid, the others dashed. One
+collective per plot.`, stdout, stderr)
+	out := fs.String("o", "", "write the plot to `FILE` (.png, .svg or .pdf)")
+	if code, ok := fs.parse(args); !ok {
 		return code
 	}
-	if *out == "" || fs.NArg() == 0 {
-		fs.Usage()
-		return 2
+	if *out == "" {
+		return fs.usageError("name the plot to write with -o FILE")
+	}
+	if fs.NArg() == 0 {
+		return fs.usageError("name at least one RUN.json")
 	}
 	reports := make([]bench.Report, 0, fs.NArg())
 	for _, path := range fs.Args() {
 		r, err := bench.ReadReport(path)
 		if err != nil {
-			fmt.Fprintf(stderr, "goccl plot: %v\n", err)
-			return 1
+			return fs.fail("%v", err)
 		}
 		if len(reports) > 0 && r.Collective != reports[0].Collective {
-			fmt.Fprintf(stderr, "goccl plot: %s is %s, %s is %s: one collective per plot\n",
+			return fs.fail("%s is %s, %s is %s: one collective per plot",
 				fs.Arg(0), reports[0].Collective, path, r.Collective)
-			return 1
 		}
 		reports = append(reports, r)
 	}
 	if err := bench.WritePlot(*out, reports...); err != nil {
-		fmt.Fprintf(stderr, "goccl plot: %v\n", err)
-		return 1
+		return fs.fail("%v", err)
 	}
 	return 0
 }

@@ -61,7 +61,7 @@ func TestPlotCommand(t *testing.T) {
 				_ = os.Remove(tc.out)
 			}
 			var stderr bytes.Buffer
-			assert.Equal(t, tc.code, plotCmd(tc.args, &stderr))
+			assert.Equal(t, tc.code, plotCmd(tc.args, &bytes.Buffer{}, &stderr))
 			assert.Contains(t, stderr.String(), tc.stderr)
 			if tc.out == "" {
 				return

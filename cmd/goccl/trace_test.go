@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -90,6 +92,7 @@ func TestDumpCommand(t *testing.T) {
 	recordedJob(t, dir, 3)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, dumpCmd([]string{"-dir", dir, strconv.Itoa(os.Getpid())}, &stdout, &stderr), stderr.String())
+	dumped := bytes.Clone(stdout.Bytes())
 	// One JSON document per communicator of the process that has dumped
 	// by then; at least one, each with the three calls.
 	dec := json.NewDecoder(&stdout)
@@ -104,6 +107,44 @@ func TestDumpCommand(t *testing.T) {
 	}
 	assert.Positive(t, n)
 
-	assert.Equal(t, 2, dumpCmd([]string{"zero"}, &stdout, &stderr))
-	assert.Equal(t, 2, dumpCmd(nil, &stdout, &stderr))
+	// What dump printed (one record per communicator, one after the
+	// other) is what goccl trace reads.
+	path := filepath.Join(t.TempDir(), "dump.json")
+	require.NoError(t, os.WriteFile(path, dumped, 0o600))
+	var trace bytes.Buffer
+	require.Equal(t, 0, traceCmd([]string{path}, &trace, &stderr), stderr.String())
+	var tr recorder.Trace
+	require.NoError(t, json.Unmarshal(trace.Bytes(), &tr))
+	slices := 0
+	for _, ev := range tr.TraceEvents {
+		if ev.Ph == "X" {
+			slices++
+		}
+	}
+	assert.Equal(t, 3*n, slices, "three calls of each record dumped")
+}
+
+// TestDumpSparesOtherProcesses: goccl dump does not signal a process that
+// does not catch SIGUSR1 (the signal would kill it), nor a missing one.
+func TestDumpSparesOtherProcesses(t *testing.T) {
+	sleeper := exec.Command("sleep", "60")
+	require.NoError(t, sleeper.Start())
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	for _, tc := range []struct {
+		name string
+		pid  int
+		want string
+	}{
+		{"not catching SIGUSR1", sleeper.Process.Pid, "does not catch SIGUSR1"},
+		{"no such process", 1 << 30, "no process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			assert.Equal(t, 1, dumpCmd([]string{"-timeout", "100ms", strconv.Itoa(tc.pid)}, &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.Empty(t, stdout.String())
+		})
+	}
+	// Still running: signal 0 reaches it.
+	assert.NoError(t, sleeper.Process.Signal(syscall.Signal(0)))
 }

@@ -11,9 +11,15 @@ import (
 // build from a work tree), the source revision when the build recorded
 // one, and the Go toolchain and platform.
 func versionMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		fmt.Fprintf(stderr, "goccl version: unexpected arguments %q\nusage: goccl version\n", args)
-		return 2
+	fs := newCommand("version", "goccl version",
+		`Prints goccl's version ("devel" for a build from a work tree), the
+source revision where the build recorded one, and Go's version and
+platform.`, stdout, stderr)
+	if code, ok := fs.parse(args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fs.usageError("unexpected arguments %q", fs.Args())
 	}
 	info, _ := debug.ReadBuildInfo()
 	fmt.Fprintln(stdout, versionLine(info))
