@@ -128,28 +128,6 @@ func (c *clock) wall() wallConv {
 	return wallConv{tick0: c.tick0, wall0: c.wall0.UnixNano(), mul: mul}
 }
 
-// ticks converts wall-clock nanoseconds to ticks, the inverse of at at the
-// same rate (GPU timestamps are wall-clock): a time converted and read back
-// through one conversion comes back to the nanosecond, whatever the error
-// of the short calibration.
-func (w wallConv) ticks(wallNs int64) int64 {
-	d := wallNs - w.wall0
-	// ticks = d / (mul / 2^32)
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	hi, lo := bits.Mul64(uint64(d), 1<<32)
-	if w.mul == 0 || hi >= w.mul {
-		return w.tick0 // out of range: centuries away
-	}
-	q, _ := bits.Div64(hi, lo, w.mul)
-	if neg {
-		return w.tick0 - int64(q)
-	}
-	return w.tick0 + int64(q)
-}
-
 func (w wallConv) at(t int64) int64 {
 	if t == 0 {
 		return 0

@@ -70,6 +70,9 @@ func (e *entry) export(w wallConv, slot int) Call {
 	c := Call{ID: e.id, Seq: e.seq, SeqLast: e.last, Call: e.kind.String(), Count: e.count, Bytes: e.bytes, Peer: int(e.peer),
 		Ops: int(e.ops), Stream: "0x" + strconv.FormatUint(uint64(e.stream), 16), State: e.state.String(), Slot: slot,
 		Enq: w.at(e.enq), Start: w.at(e.beg), Finish: w.at(e.fin), Runs: int(e.runs)}
+	if e.runs > 0 {
+		c.Start, c.Finish = e.beg, e.fin // the device's own wall-clock times
+	}
 	if e.kind != Group || e.sends+e.recvs > 0 {
 		c.Type = typeName(collectives.DataType(e.dtype))
 	}

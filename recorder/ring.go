@@ -107,7 +107,8 @@ type entryBegin struct {
 	far              uint8
 	// dev is the device's start (ns) of the times taken, and runs how many
 	// different runs of the call Resolve saw: a captured graph's replays
-	// rewrite one call's times.
+	// rewrite one call's times. Where runs > 0, beg and fin are the
+	// device's wall-clock nanoseconds, not ticks.
 	dev   int64
 	runs  uint32
 	kind  Kind
@@ -413,7 +414,6 @@ func (r *Ring) Resolve(dc DeviceClock) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := r.clk.wall()
 	for i := range r.ents {
 		e := &r.ents[i]
 		if e.seq == 0 || (e.state != Enqueued && e.runs == 0) {
@@ -431,7 +431,10 @@ func (r *Ring) Resolve(dc DeviceClock) {
 		if !ok || f < s || (e.runs > 0 && s == e.dev) {
 			continue
 		}
-		e.beg, e.fin, e.state, e.dev = w.ticks(s), w.ticks(f), Finished, s
+		// Kept in the device's wall-clock nanoseconds (runs > 0 says so):
+		// converting them to ticks and back would move them by the
+		// clock's rate error over their distance from its base pair.
+		e.beg, e.fin, e.state, e.dev = s, f, Finished, s
 		e.runs++
 		r.stats.add(e.kind, e.bytes, f-s)
 	}
