@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +25,10 @@ type Options struct {
 	// comm.InitAll (rank i on device i). 0 joins the launcher's job, or,
 	// with no launcher environment, runs one rank alone.
 	InProcess int
-	Timeout   time.Duration // init and bootstrap bound; 0 for comm's default
+	// InProcessFlag is the command-line flag InProcess came from, named
+	// in the error when a launcher's job asks for in-process ranks.
+	InProcessFlag string
+	Timeout       time.Duration // init and bootstrap bound; 0 for comm's default
 }
 
 // Job is this process's ranks.
@@ -67,7 +71,11 @@ func Open(ctx context.Context, o Options) (*Job, error) {
 	j := &Job{Backend: backend}
 	n := o.InProcess
 	if n > 0 && launched() {
-		return nil, fmt.Errorf("%w: %d in-process ranks inside a launcher's job: run one process without the launcher instead", collectives.ErrInvalidArgument, n)
+		what := fmt.Sprintf("%d in-process ranks", n)
+		if o.InProcessFlag != "" {
+			what = fmt.Sprintf("%s %d (%s)", o.InProcessFlag, n, what)
+		}
+		return nil, fmt.Errorf("%w: %s inside a launcher's job, whose processes are one rank each: leave %s out under goccl run, or run one process without the launcher", collectives.ErrInvalidArgument, what, cmp.Or(o.InProcessFlag, "in-process ranks"))
 	}
 	if n == 0 && !launched() {
 		n = 1

@@ -49,3 +49,24 @@ func TestOpenHonoursGOCCLBackend(t *testing.T) {
 		})
 	}
 }
+
+// In-process ranks inside a launcher's job are refused before anything
+// starts, naming the flag that asked for them.
+func TestOpenInProcessUnderALauncherNamesTheFlag(t *testing.T) {
+	t.Setenv("GOCCL_COMM_ID", "127.0.0.1:1")
+	tests := []struct {
+		flag, want string
+	}{
+		{"-g", "-g 2 (2 in-process ranks) inside a launcher's job, whose processes are one rank each: leave -g out under goccl run"},
+		{"", "2 in-process ranks inside a launcher's job"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.flag, func(t *testing.T) {
+			j, err := Open(context.Background(), Options{Backend: "host", InProcess: 2, InProcessFlag: tt.flag})
+			require.Error(t, err)
+			assert.Nil(t, j)
+			assert.ErrorIs(t, err, collectives.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

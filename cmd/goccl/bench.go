@@ -28,7 +28,7 @@ func benchMain(args []string) int {
 	if cfg.GPUs > 1 {
 		inProcess = cfg.GPUs
 	}
-	j, err := job.Open(ctx, job.Options{Backend: string(cfg.Backend), InProcess: inProcess})
+	j, err := job.Open(ctx, job.Options{Backend: string(cfg.Backend), InProcess: inProcess, InProcessFlag: "-g"})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "goccl bench: %s\n", benchMsg(err))
 		return 1

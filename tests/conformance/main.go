@@ -40,7 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	j, err := job.Open(ctx, job.Options{Backend: cfg.backend, InProcess: cfg.inprocess})
+	j, err := job.Open(ctx, job.Options{Backend: cfg.backend, InProcess: cfg.inprocess, InProcessFlag: "--inprocess"})
 	if err != nil {
 		fmt.Fprintf(stderr, "conformance: %v\n", err)
 		return 1
