@@ -131,13 +131,15 @@ func summarize(sent map[string][]*recorder.Record, dir string, since time.Time, 
 		}
 	}
 	// A communicator every rank of which told it is in no call is not
-	// what the job waits for: told only when no other is.
+	// what the job waits for: told only when no other is, and not at all
+	// when none made a call.
 	var ids, healthy []string
 	for id, rs := range all {
-		n, idle := 0, 0
+		n, idle, made := 0, 0, 0
 		for _, rec := range rs {
 			if rec != nil {
 				n++
+				made += len(rec.Calls)
 				if !inCall(rec) {
 					idle++
 				}
@@ -145,6 +147,9 @@ func summarize(sent map[string][]*recorder.Record, dir string, since time.Time, 
 		}
 		switch {
 		case n == 0:
+		case idle == len(rs) && made == 0:
+			// Every rank told it made no call: nothing to say (a job that
+			// failed before its first call has its error).
 		case idle == len(rs):
 			healthy = append(healthy, id)
 		default:

@@ -144,6 +144,9 @@ func TestSummarizeSources(t *testing.T) {
 		{"files alone", nil, dir, 3, nil, []string{
 			"ranks 1 and 2 wait in AllReduce #2 (int32, 16 B) since 2.0 s; rank 0 gave no record (stopped, hung or dead)"}},
 		{"nothing", nil, "", 3, nil, nil},
+		{"no call made anywhere: no line", map[string][]*recorder.Record{"fresh": {mk("fresh", 0, 2), mk("fresh", 1, 2)}}, "", 2, nil, nil},
+		{"no call made, a rank gave nothing: told", map[string][]*recorder.Record{"fresh": {mk("fresh", 0, 2), nil}}, "", 2, nil, []string{
+			"no rank is in a call; rank 0 made no call yet; rank 1 gave no record"}},
 		{"every communicator idle: all told", idle, "", 2, nil, []string{
 			"communicator done: no rank is in a call; rank 0: last call AllReduce #1, finished",
 			"communicator idle: no rank is in a call; ranks 0 and 1: last call AllReduce #1, finished"}},
