@@ -34,6 +34,7 @@ func lastTransport(be collectives.Backend) string {
 // other collectives, and calls where one rank's buffers are private (both
 // ranks then take the ordinary path).
 func TestDirectAcrossProcesses(t *testing.T) {
+	directAlways(t) // both processes run this
 	b, wait := pairRank(t, "TestDirectAcrossProcesses")
 	defer wait()
 	ctx := context.Background()

@@ -12,6 +12,14 @@ import (
 	"github.com/goccl/goccl/collectives"
 )
 
+// directAlways makes calls of every size probe the direct path for the
+// rest of the test (directMin).
+func directAlways(t *testing.T) {
+	kept := directMin
+	directMin = 0
+	t.Cleanup(func() { directMin = kept })
+}
+
 // allocArenas gives every rank of j an arena of size bytes from Alloc
 // (collective), closed with the job.
 func (j *job) allocArenas(t *testing.T, size int) {
@@ -63,6 +71,7 @@ var directCounts = []int{0, 1, 7, 4095, 1<<20 + 3}
 // call took the direct path (PreMulSum scales its input into private
 // memory first, so it takes the ordinary one, rightly).
 func TestDirectAllReduce(t *testing.T) {
+	directAlways(t)
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			j := newJob(t, n, Config{StagingBytes: 64 << 10})
@@ -91,6 +100,7 @@ func TestDirectAllReduce(t *testing.T) {
 // TestDirectOthers checks AllGather, Broadcast and ReduceScatter on the
 // direct path, and Reduce (which has none) on buffers from Alloc.
 func TestDirectOthers(t *testing.T) {
+	directAlways(t)
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			j := newJob(t, n, Config{StagingBytes: 64 << 10})
@@ -113,6 +123,7 @@ func TestDirectOthers(t *testing.T) {
 // takes the ordinary path, and results stay right; the next call, all
 // from Alloc again, is direct again.
 func TestDirectMixed(t *testing.T) {
+	directAlways(t)
 	j := newJob(t, 3, Config{StagingBytes: 64 << 10})
 	j.allocArenas(t, 4<<20)
 	for _, private := range []int{0, 2} {
@@ -138,6 +149,7 @@ func TestDirectMixed(t *testing.T) {
 // buffers take the ordinary path without probing (one barrier fewer), and
 // results stay right.
 func TestDirectAfterClose(t *testing.T) {
+	directAlways(t)
 	j := newJob(t, 2, Config{})
 	regs := make([]collectives.Registration, 2)
 	for r, err := range j.each(func(r int) error {
@@ -154,6 +166,20 @@ func TestDirectAfterClose(t *testing.T) {
 	c := call{coll: collectives.AllReduce, dt: collectives.Float32, op: collectives.Sum, count: 4097}
 	require.NoError(t, j.verify(c))
 	assert.Equal(t, same(2, "shm"), j.lastTransports())
+}
+
+// TestDirectMin: below directMin, calls on buffers from Alloc take the
+// ordinary path (no probe); from it, the direct one.
+func TestDirectMin(t *testing.T) {
+	j := newJob(t, 2, Config{})
+	j.allocArenas(t, 1<<20)
+	for _, tc := range []struct {
+		count int
+		want  string
+	}{{directMin/4 - 1, "shm"}, {directMin / 4, "shm-direct"}} {
+		require.NoError(t, j.verify(call{coll: collectives.AllReduce, dt: collectives.Float32, op: collectives.Sum, count: tc.count}))
+		assert.Equal(t, same(2, tc.want), j.lastTransports(), "count %d", tc.count)
+	}
 }
 
 // TestAllocBadInput: a bad size on one rank, or sizes that differ, fail
