@@ -338,8 +338,11 @@ func timeoutCause(cause error) error {
 // Register makes [ptr, ptr+size) readable by peers for zero-copy
 // collectives; collective: every rank registers its copy of the buffer,
 // with the same size. On GPUs ptr may be any cuMemAlloc memory, or memory
-// from Alloc. Close the registration (collectively) before freeing the
-// memory. ErrNotSupported when the backend cannot.
+// from Alloc. On the host backend a registration of memory not from Alloc
+// enables nothing (another process cannot map private memory; calls on it
+// take the ordinary path, as NCCL falls back silently): use Alloc or
+// AllocSlice there. Close the registration (collectively) before freeing
+// the memory. ErrNotSupported when the backend cannot.
 func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registration, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
@@ -351,8 +354,13 @@ func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registra
 	return r.Register(ctx, ptr, size)
 }
 
-// Alloc allocates registered device memory; collective. ErrNotSupported
-// when the backend cannot.
+// Alloc allocates registered memory; collective: every rank asks for the
+// same size. On GPUs it is device memory; on the host backend it is
+// shared memory every rank of the node maps, zeroed, and calls whose
+// buffers lie inside such allocations on every rank skip the staging
+// copy (AllocSlice gives it as a Go slice). The memory is valid until the
+// registration is closed (collectively) or the communicator is.
+// ErrNotSupported when the backend cannot (the host backend across nodes).
 func (c *Comm) Alloc(ctx context.Context, size uint64) (uintptr, Registration, error) {
 	if err := c.Err(); err != nil {
 		return 0, nil, err

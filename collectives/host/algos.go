@@ -29,6 +29,7 @@ func (b *backend) sync(ctx context.Context, a *collectives.Args, first *bool) er
 	*first = false
 	p := b.parity()
 	encodeDesc(b.desc[p][b.rank], a)
+	b.desc[p][b.rank][3] = b.descFlag
 	if err := b.barrier(ctx); err != nil {
 		return err
 	}
@@ -82,6 +83,9 @@ func describeDesc(d []byte) string {
 	}
 	if c.Rooted() {
 		s += fmt.Sprintf(" root %d", le.Uint32(d[4:]))
+	}
+	if d[3] == descDirect {
+		s += " (with buffers from Alloc live)"
 	}
 	return s
 }

@@ -29,6 +29,17 @@
 // (GOCCL_HOST_CMA=1), since the kernel's copy of 4 KiB pages one by one
 // is slower than staging that stays in the caches where measured.
 //
+// Buffers from Alloc (alloc.go) are memfds every rank of the node maps,
+// as NCCL's ncclMemAlloc plus ncclCommRegister. An AllReduce, AllGather,
+// Broadcast or ReduceScatter whose buffers lie inside such allocations on
+// every rank takes the direct path (direct.go): no staging, each rank
+// reads the peers' inputs and writes the peers' outputs in place, as many
+// bytes as a memcpy of the call. The ranks decide at the call from each
+// other's published buffer places; if any rank's buffer lies elsewhere,
+// every rank takes the paths above. Register of other memory returns a
+// registration that enables nothing (private memory cannot be mapped by
+// another process).
+//
 // Point-to-point operations (RunGroup: Send, Recv, and AllToAll(v),
 // Gather and Scatter, which arrive as groups of them) take no part in the
 // barriers: each ordered pair of ranks has a ring of slots in the sender's

@@ -26,6 +26,48 @@ type job struct {
 	n   int
 	bes []collectives.Backend
 	rng *rand.Rand
+	// arenas[r], when set, is where rank r's buffers handed to Run come
+	// from (memory from Alloc, direct_test.go); else the heap.
+	arenas []*arena
+}
+
+// arena hands out 64-byte-aligned pieces of one buffer, from the start
+// again at each reset.
+type arena struct {
+	mem  []byte
+	used int
+}
+
+func (a *arena) take(n int) []byte {
+	if a.used+n > len(a.mem) {
+		panic(fmt.Sprintf("arena of %d bytes: %d used, %d more asked for", len(a.mem), a.used, n))
+	}
+	b := a.mem[a.used : a.used+n : a.used+n]
+	a.used += (n + 63) &^ 63
+	return b
+}
+
+func (j *job) resetArenas() {
+	for _, a := range j.arenas {
+		if a != nil {
+			a.used = 0
+		}
+	}
+}
+
+// buf returns n bytes for rank r's buffers handed to Run.
+func (j *job) buf(r, n int) []byte {
+	if r < len(j.arenas) && j.arenas[r] != nil {
+		return j.arenas[r].take(n)
+	}
+	return alloc(n)
+}
+
+// cloneFor copies b into a buffer of rank r's (buf).
+func (j *job) cloneFor(r int, b []byte) []byte {
+	c := j.buf(r, len(b))
+	copy(c, b)
+	return c
 }
 
 func newJob(t testing.TB, n int, cfg Config) *job {

@@ -38,6 +38,16 @@ type backend struct {
 
 	last collectives.Path // how the last call went (LastPath)
 
+	// Shared-memory buffers (alloc.go, direct.go); under mu.
+	boot     transport.Bootstrap
+	allocs   []*allocation
+	allocSeq uint64
+	descFlag byte       // the descriptor's flag byte of the call's first sync
+	dwords   [][]uint64 // dwords[q]: rank q's published buffer places
+	dsend    []uintptr  // every rank's send buffer, as mapped here
+	drecv    []uintptr  // every rank's receive buffer
+	dtmp     []byte     // a reduced chunk on its way to every rank
+
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
 	p2p  pairs // point-to-point channels (p2p.go); under mu
@@ -81,7 +91,8 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	be := &backend{
 		rank: rank, n: n, cfg: cfg, algo: collectives.Algorithm(cfg.Algo), seg: seg,
 		waiters: make([]*uint32, n),
-		srcs:    make([][]byte, n), spins: spins, napFor: napFor, cma: xma,
+		srcs:    make([][]byte, n), spins: spins, napFor: napFor, cma: xma, boot: b,
+		dwords: make([][]uint64, n),
 	}
 	for p := 0; p < 2; p++ {
 		be.seq[p] = make([]*uint32, n)
@@ -92,6 +103,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	for r := 0; r < n; r++ {
 		m := seg.Peer(r)
 		be.waiters[r] = word(m, offWaiters)
+		be.dwords[r] = as[uint64](m[offDirect : offDirect+32])
 		for p := 0; p < 2; p++ {
 			box := m[offBox+p*boxStride : offBox+(p+1)*boxStride]
 			be.seq[p][r] = word(box, boxCounter)
@@ -178,6 +190,11 @@ func (b *backend) RunChecked(ctx context.Context, a *collectives.Args) error {
 		b.single(a)
 		return nil
 	}
+	if b.directProbes(a) {
+		if took, err := b.runDirect(ctx, a); took || err != nil {
+			return err
+		}
+	}
 	if b.cmaTakes(a) {
 		return b.runCMA(ctx, a)
 	}
@@ -256,7 +273,7 @@ func (b *backend) Close() error {
 	b.amu.Lock()
 	defer b.amu.Unlock()
 	b.unmapped = true
-	if err := b.seg.Close(); err != nil {
+	if err := errors.Join(b.seg.Close(), b.closeAllocs()); err != nil {
 		return fmt.Errorf("host backend: %w", err)
 	}
 	return nil

@@ -70,6 +70,12 @@ func TestCollectivesAcrossProcesses(t *testing.T) {
 
 // verifyPair runs c on this rank with inputs both ranks can regenerate.
 func verifyPair(ctx context.Context, be collectives.Backend, me int, c call, seed uint64) error {
+	return verifyPairIn(ctx, be, me, c, seed, nil)
+}
+
+// verifyPairIn is verifyPair with the buffers handed to Run taken from ar
+// (memory from Alloc) when it is not nil.
+func verifyPairIn(ctx context.Context, be collectives.Backend, me int, c call, seed uint64, ar *arena) error {
 	const n = 2
 	a := collectives.Args{Coll: c.coll, Count: c.count, Type: c.dt, Op: c.op, Root: c.root}
 	ins := make([][]byte, n)
@@ -77,22 +83,36 @@ func verifyPair(ctx context.Context, be collectives.Backend, me int, c call, see
 		ins[r] = alloc(a.SendBytes(n))
 		fill(rand.New(rand.NewPCG(seed, uint64(r))), c.dt, c.op, ins[r])
 	}
-	var out, before []byte
-	if c.inPlace && c.coll == collectives.ReduceScatter {
-		out = clone(ins[me])
+	j := &job{n: n}
+	if ar != nil {
+		ar.used = 0
+		j.arenas = make([]*arena, n)
+		j.arenas[me] = ar
+	}
+	var out, before, send []byte
+	switch {
+	case c.inPlace && c.coll == collectives.ReduceScatter:
+		out = j.cloneFor(me, ins[me])
 		a.Send = addr(out)
 		a.Recv = a.Send + uintptr(me*a.RecvBytes(n))
-	} else {
-		out = alloc(a.RecvBytes(n))
+	case c.inPlace && c.coll == collectives.AllReduce:
+		out = j.cloneFor(me, ins[me])
+		a.Send, a.Recv = addr(out), addr(out)
+	default:
+		out = j.buf(me, a.RecvBytes(n))
 		poison(c.dt, out)
-		a.Send, a.Recv = addr(ins[me]), addr(out)
+		send = j.cloneFor(me, ins[me])
+		a.Send, a.Recv = addr(send), addr(out)
 	}
 	before = clone(out)
+	if c.count == 0 {
+		a.Send, a.Recv = 0, 0
+	}
 	if err := be.Run(ctx, &a); err != nil {
 		return err
 	}
-	j := &job{n: n}
 	err := j.checkRank(c, me, ins, out, before)
 	runtime.KeepAlive(ins)
+	runtime.KeepAlive(send)
 	return err
 }

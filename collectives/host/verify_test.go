@@ -38,6 +38,7 @@ func (j *job) verify(c call) error {
 	before := make([][]byte, n) // each rank's output buffer before the call
 	sends := make([][]byte, n)
 	args := make([]collectives.Args, n)
+	j.resetArenas()
 	for r := 0; r < n; r++ {
 		ins[r] = alloc(sendBytes)
 		if c.coll != collectives.Broadcast || r == c.root {
@@ -46,25 +47,25 @@ func (j *job) verify(c call) error {
 		args[r] = a
 		switch {
 		case !c.inPlace:
-			sends[r] = clone(ins[r])
-			outs[r] = alloc(recvBytes)
+			sends[r] = j.cloneFor(r, ins[r])
+			outs[r] = j.buf(r, recvBytes)
 			poison(c.dt, outs[r])
 			args[r].Send, args[r].Recv = addr(sends[r]), addr(outs[r])
 			if c.coll == collectives.Broadcast && r != c.root {
 				args[r].Send = 0 // allowed: non-roots have no input
 			}
 		case c.coll == collectives.AllGather:
-			outs[r] = alloc(recvBytes)
+			outs[r] = j.buf(r, recvBytes)
 			poison(c.dt, outs[r])
 			copy(outs[r][r*sendBytes:], ins[r])
 			args[r].Recv = addr(outs[r])
 			args[r].Send = args[r].Recv + uintptr(r*sendBytes)
 		case c.coll == collectives.ReduceScatter:
-			outs[r] = clone(ins[r])
+			outs[r] = j.cloneFor(r, ins[r])
 			args[r].Send = addr(outs[r])
 			args[r].Recv = args[r].Send + uintptr(r*recvBytes)
 		default:
-			outs[r] = alloc(recvBytes)
+			outs[r] = j.buf(r, recvBytes)
 			if c.coll == collectives.Broadcast && r != c.root {
 				poison(c.dt, outs[r])
 			} else {

@@ -4,7 +4,10 @@
 // alternately) and prints both times and goccl's as a multiple of MPI's.
 // Run from the repository root:
 //
-//	go run ./bench/mpi/compare [-np 2] [-b 8] [-e 64M] [-n 200] [-rounds 3]
+//	go run ./bench/mpi/compare [-np 2] [-b 8] [-e 64M] [-n 200] [-rounds 3] [-alloc=false]
+//
+// goccl runs twice per round: on private buffers (staging) and, unless
+// -alloc=false, on buffers from comm.AllocSlice (the direct path).
 //
 // It needs Open MPI's mpicc and mpirun (Debian: libopenmpi-dev,
 // openmpi-bin) and builds goccl, gocclar and allreduce_mpi into a
@@ -40,6 +43,7 @@ func main() {
 	flag.IntVar(&o.warmup, "w", 20, "warm-up calls per size")
 	flag.IntVar(&o.first, "W", 2000, "extra warm-up calls of the smallest size")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds, alternating the two; the best median of each size is kept")
+	flag.BoolVar(&o.alloc, "alloc", true, "also time goccl on buffers from comm.AllocSlice")
 	flag.Parse()
 	var err error
 	if o.minB, err = bench.ParseSize(*minB); err == nil {
@@ -58,6 +62,7 @@ func main() {
 type options struct {
 	np, iters, warmup, first, rounds int
 	minB, maxB                       int64
+	alloc                            bool // also goccl on buffers from AllocSlice
 }
 
 // errNoMPI says Open MPI's tools are missing.
@@ -169,22 +174,30 @@ func compare(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	sizes := []string{strconv.FormatInt(o.minB, 10), strconv.FormatInt(o.maxB, 10), strconv.Itoa(o.iters), strconv.Itoa(o.warmup), strconv.Itoa(o.first)}
-	var mpi, goc times
+	var mpi, goc, shared times
 	start, loadBefore := time.Now(), loadAverage()
+	gocclar := []string{"run", "-np", strconv.Itoa(o.np), t.gocclar,
+		"-b", sizes[0], "-e", sizes[1], "-n", sizes[2], "-w", sizes[3], "-W", sizes[4]}
 	for r := 0; r < o.rounds; r++ {
 		m, err := runProg(ctx, "mpirun", append(append(mpirunArgs(o.np), t.mpiProg), sizes...)...)
 		if err != nil {
 			return err
 		}
-		g, err := runProg(ctx, t.goccl, "run", "-np", strconv.Itoa(o.np), t.gocclar,
-			"-b", sizes[0], "-e", sizes[1], "-n", sizes[2], "-w", sizes[3], "-W", sizes[4])
+		g, err := runProg(ctx, t.goccl, gocclar...)
 		if err != nil {
 			return err
 		}
 		best(&mpi, m)
 		best(&goc, g)
+		if o.alloc {
+			s, err := runProg(ctx, t.goccl, append(gocclar, "-alloc")...)
+			if err != nil {
+				return err
+			}
+			best(&shared, s)
+		}
 	}
-	if err := report(w, o, mpi, goc, time.Since(start)); err != nil {
+	if err := report(w, o, mpi, goc, shared, time.Since(start)); err != nil {
 		return err
 	}
 	// Other work on the machine slows both programs, the small calls most.
@@ -201,33 +214,58 @@ func loadAverage() string {
 	return "unknown"
 }
 
-func report(w io.Writer, o options, mpi, goc times, took time.Duration) error {
+// report prints the table; shared (goccl on buffers from AllocSlice) has
+// its columns only where it has times.
+func report(w io.Writer, o options, mpi, goc, shared times, took time.Duration) error {
 	fmt.Fprintf(w, "# AllReduce float32 sum, %d ranks, median of %d calls per size, best of %d rounds (%.0f s)\n",
 		o.np, o.iters, o.rounds, took.Seconds())
+	withShared := len(shared.bySize) > 0
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "bytes\tOpen MPI (us)\tgoccl (us)\tgoccl/MPI\t")
-	worst := 0.0
+	head := "bytes\tOpen MPI (us)\tgoccl (us)\tgoccl/MPI\t"
+	if withShared {
+		head += "goccl Alloc (us)\tAlloc/MPI\t"
+	}
+	fmt.Fprintln(tw, head)
+	worst, worstShared := 0.0, 0.0
 	for b := o.minB; b <= o.maxB; b *= 2 {
 		m, okm := mpi.bySize[b]
 		g, okg := goc.bySize[b]
-		if !okm || !okg {
+		s, oks := shared.bySize[b]
+		if !okm || !okg || (withShared && !oks) {
 			return fmt.Errorf("size %d missing from a program's output", b)
 		}
-		ratio := math.Inf(1)
+		ratio, ratioShared := math.Inf(1), math.Inf(1)
 		if m > 0 {
-			ratio = g / m
+			ratio, ratioShared = g/m, s/m
 		}
 		worst = max(worst, ratio)
-		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2fx\t\n", b, m, g, ratio)
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2fx\t", b, m, g, ratio)
+		if withShared {
+			worstShared = max(worstShared, ratioShared)
+			fmt.Fprintf(tw, "%.2f\t%.2fx\t", s, ratioShared)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "# worst goccl/MPI: %.2fx\n", worst)
-	if goc.memcpyMicros > 0 {
-		g := goc.bySize[goc.memcpyBytes]
-		fmt.Fprintf(w, "# memcpy of %d bytes: %.2f us; goccl's AllReduce of it costs %.2f memcpys\n",
-			goc.memcpyBytes, goc.memcpyMicros, g/goc.memcpyMicros)
+	if withShared {
+		fmt.Fprintf(w, "# worst goccl Alloc/MPI: %.2fx\n", worstShared)
+	}
+	// The yardstick is the faster of the programs' memcpys of the same
+	// bytes (each times one on its own buffers).
+	cp := goc
+	if withShared && shared.memcpyMicros > 0 && (cp.memcpyMicros == 0 || shared.memcpyMicros < cp.memcpyMicros) {
+		cp.memcpyBytes, cp.memcpyMicros = shared.memcpyBytes, shared.memcpyMicros
+	}
+	if cp.memcpyMicros > 0 {
+		fmt.Fprintf(w, "# memcpy of %d bytes: %.2f us; goccl's AllReduce of it costs %.2f memcpys",
+			cp.memcpyBytes, cp.memcpyMicros, goc.bySize[cp.memcpyBytes]/cp.memcpyMicros)
+		if withShared {
+			fmt.Fprintf(w, " on private buffers, %.2f on buffers from AllocSlice", shared.bySize[cp.memcpyBytes]/cp.memcpyMicros)
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

@@ -2,7 +2,11 @@
 // counterpart of allreduce_mpi.c for bench/mpi/compare. Run it under
 // `goccl run -np N`. Rank 0 prints one line per size, "bytes median_us",
 // then "memcpy bytes median_us" for a plain copy of the largest size.
-// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST] [-bind=false]
+// Usage: gocclar [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-w WARMUP] [-W FIRST] [-bind=false] [-alloc]
+//
+// With -alloc the buffers come from comm.AllocSlice (shared memory every
+// rank maps), so that the host backend's direct path carries the calls;
+// without it they are private Go slices, which go through staging.
 //
 // Each rank binds its calling thread to CPU rank mod NumCPU, as mpirun
 // binds ranks to cores by default: ranks the OS lets float can end up
@@ -31,14 +35,15 @@ func main() {
 	warmup := flag.Int("w", 20, "warm-up calls per size")
 	first := flag.Int("W", 2000, "warm-up calls of the smallest size before the first")
 	bind := flag.Bool("bind", true, "bind each rank to one CPU (rank mod NumCPU), as mpirun does")
+	shared := flag.Bool("alloc", false, "buffers from comm.AllocSlice (the direct path) rather than private slices")
 	flag.Parse()
-	if err := run(*minB, *maxB, *iters, *warmup, *first, *bind); err != nil {
+	if err := run(*minB, *maxB, *iters, *warmup, *first, *bind, *shared); err != nil {
 		fmt.Fprintln(os.Stderr, "gocclar:", err)
 		os.Exit(1)
 	}
 }
 
-func run(minB, maxB, iters, warmup, first int, bind bool) error {
+func run(minB, maxB, iters, warmup, first int, bind, shared bool) error {
 	ctx := context.Background()
 	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost})
 	if err != nil {
@@ -52,6 +57,17 @@ func run(minB, maxB, iters, warmup, first int, bind bool) error {
 	}
 	maxN := maxB / 4
 	send, recv := make([]float32, maxN), make([]float32, maxN)
+	if shared {
+		var regS, regR comm.Registration
+		if send, regS, err = comm.AllocSlice[float32](ctx, c, maxN); err != nil {
+			return err
+		}
+		defer regS.Close(ctx)
+		if recv, regR, err = comm.AllocSlice[float32](ctx, c, maxN); err != nil {
+			return err
+		}
+		defer regR.Close(ctx)
+	}
 	for i := range send {
 		send[i] = float32((c.Rank() + 1) * (i % 1000))
 	}
