@@ -26,18 +26,34 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goccl/goccl/comm"
+	"github.com/goccl/goccl/internal/units"
 )
 
+// sizeFlag is a byte count given as nccl-tests' flags take it ("8", "64M").
+type sizeFlag int
+
+func (f *sizeFlag) String() string { return fmt.Sprint(int(*f)) }
+
+func (f *sizeFlag) Set(s string) error {
+	v, err := units.ParseSize(s)
+	if err == nil && v > 1<<40 {
+		err = fmt.Errorf("size %q: at most 1 TiB", s)
+	}
+	*f = sizeFlag(v)
+	return err
+}
+
 func main() {
-	minB := flag.Int("b", 8, "smallest size in bytes")
-	maxB := flag.Int("e", 64<<20, "largest size in bytes")
+	minB, maxB := sizeFlag(8), sizeFlag(64<<20)
+	flag.Var(&minB, "b", "smallest size in bytes (K, M, G suffixes as nccl-tests')")
+	flag.Var(&maxB, "e", "largest size in bytes")
 	iters := flag.Int("n", 200, "timed calls per size")
 	warmup := flag.Int("w", 20, "warm-up calls per size")
 	first := flag.Int("W", 2000, "warm-up calls of the smallest size before the first")
 	bind := flag.Bool("bind", true, "bind each rank to one CPU (rank mod NumCPU), as mpirun does")
 	shared := flag.Bool("alloc", false, "buffers from comm.AllocSlice (the direct path) rather than private slices")
 	flag.Parse()
-	if err := run(*minB, *maxB, *iters, *warmup, *first, *bind, *shared); err != nil {
+	if err := run(int(minB), int(maxB), *iters, *warmup, *first, *bind, *shared); err != nil {
 		fmt.Fprintln(os.Stderr, "gocclar:", err)
 		os.Exit(1)
 	}
