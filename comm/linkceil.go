@@ -23,7 +23,9 @@ import (
 // backend's network library takes (NCCL for the GPU backend, UCX for the
 // host one; topology.ChooseNetPort). Unknown (0) where a pair has no
 // NVLink (PCIe is not estimated), where the ranks share one GPU, or
-// across nodes where a rank's rate is unknown.
+// across nodes where a rank's rate is unknown. Ranks without GPUs (the
+// host backend) have the inter-node rate across nodes and no ceiling
+// inside one.
 
 // linkFacts probes this node's GPUs and links; tests replace it.
 var linkFacts = func() (*topology.Facts, error) {
@@ -119,19 +121,30 @@ func (c *Comm) linkCeiling() float64 {
 	if rp == nil || len(rp.nodes) != c.size || len(rp.devices) != c.size || len(rp.buses) != c.size || len(rp.netMbps) != c.size {
 		return 0
 	}
-	f, err := linkFacts()
-	if err != nil {
-		return 0
-	}
 	inter := 0.0
 	if multiNode(rp.nodes) {
 		inter = slowestNet(rp.netMbps)
+	}
+	f, err := linkFacts()
+	if err != nil {
+		return 0
 	}
 	gpus := make([]gpuRef, c.size)
 	for r := range gpus {
 		gpus[r] = gpuRef{ordinal: rp.devices[r], bus: rp.buses[r]}
 	}
 	return commCeiling(f, rp.nodes, gpus, c.rank, inter)
+}
+
+// netCeiling is the ceiling of a communicator of host memory (the host
+// backend): across nodes the slowest inter-node rate, 0 inside a node,
+// whose memory bandwidth is not estimated.
+func (c *Comm) netCeiling() float64 {
+	rp := c.rescue
+	if rp == nil || len(rp.nodes) != c.size || len(rp.netMbps) != c.size || !multiNode(rp.nodes) {
+		return 0
+	}
+	return slowestNet(rp.netMbps)
 }
 
 // slowestNet is the slowest rate the ranks reported, GB/s; 0 where one

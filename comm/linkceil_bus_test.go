@@ -148,6 +148,9 @@ func TestLinkCeilingAcrossNodes(t *testing.T) {
 		{"a rate above NVLink", two, []uint32{4000000, 4000000, 4000000, 4000000}, 450},
 		{"one rank's rate unknown", two, []uint32{400000, 400000, 0, 400000}, 0},
 		{"one node: rates do not count", []string{"a", "a", "a", "a"}, []uint32{8000, 0, 8000, 8000}, 50},
+		{"no GPUs (host memory): the network", two, []uint32{400000, 400000, 200000, 200000}, 25},
+		{"no GPUs, a rate unknown", two, []uint32{400000, 400000, 0, 200000}, 0},
+		{"no GPUs, one node: unknown", []string{"a", "a", "a", "a"}, []uint32{8000, 8000, 8000, 8000}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,9 +158,17 @@ func TestLinkCeilingAcrossNodes(t *testing.T) {
 			if !multiNode(tc.nodes) {
 				devices = []int{0, 1, 2, 3}
 			}
+			host := strings.HasPrefix(tc.name, "no GPUs")
+			if host {
+				devices = []int{-1, -1, -1, -1}
+			}
 			rp := &rescuePoint{nodes: tc.nodes, devices: devices, buses: make([]string, 4), netMbps: tc.mbps}
 			for r := range 4 {
 				c := &Comm{rank: r, size: 4, rescue: rp}
+				if host {
+					assert.Equal(t, tc.want, c.netCeiling(), "rank %d", r)
+					continue
+				}
 				assert.Equal(t, tc.want, c.linkCeiling(), "rank %d", r)
 			}
 		})

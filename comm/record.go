@@ -136,6 +136,8 @@ func (c *Comm) Stats() []recorder.Stat {
 	c.obs.link.Do(func() {
 		if c.obs.gpu {
 			c.rec.SetLink(c.linkCeiling())
+		} else {
+			c.rec.SetLink(c.netCeiling())
 		}
 	})
 	c.resolve()
