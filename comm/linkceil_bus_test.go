@@ -242,15 +242,7 @@ func TestSplitCeilingByBusID(t *testing.T) {
 		{"ordinal across", func(r int) int { return r % 2 }, 450}, // GPUs {0,1} {2,3}
 	} {
 		t.Run(split.name, func(t *testing.T) {
-			kids := make([]*Comm, len(comms))
-			errs := eachComm(comms, func(c *Comm) error {
-				k, err := c.Split(ctx, split.color(c.Rank()), c.Rank(), Options{})
-				kids[c.Rank()] = k
-				return err
-			})
-			for r, err := range errs {
-				require.NoError(t, err, "rank %d", r)
-			}
+			kids := splitEach(t, ctx, comms, split.color)
 			for r, k := range kids {
 				assert.Equal(t, split.want, k.linkCeiling(), "parent rank %d", r)
 				assert.NoError(t, k.Close())

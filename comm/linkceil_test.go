@@ -123,15 +123,7 @@ func TestSplitCeiling(t *testing.T) {
 		{"across", func(r int) int { return r % 2 }, 50}, // {0,2} {1,3}
 	} {
 		t.Run(split.name, func(t *testing.T) {
-			kids := make([]*Comm, len(comms))
-			errs := eachComm(comms, func(c *Comm) error {
-				k, err := c.Split(ctx, split.color(c.Rank()), c.Rank(), Options{})
-				kids[c.Rank()] = k
-				return err
-			})
-			for r, err := range errs {
-				require.NoError(t, err, "rank %d", r)
-			}
+			kids := splitEach(t, ctx, comms, split.color)
 			for r, k := range kids {
 				assert.Equal(t, 2, k.Size())
 				assert.Equal(t, split.want, k.linkCeiling(), "parent rank %d", r)
@@ -161,4 +153,20 @@ func partner(kids []*Comm, r int, color func(int) int) *Comm {
 		}
 	}
 	return nil
+}
+
+// splitEach splits every rank of comms by color (keyed by rank) and
+// returns the children by parent rank.
+func splitEach(t *testing.T, ctx context.Context, comms []*Comm, color func(r int) int) []*Comm {
+	t.Helper()
+	kids := make([]*Comm, len(comms))
+	errs := eachComm(comms, func(c *Comm) error {
+		k, err := c.Split(ctx, color(c.Rank()), c.Rank(), Options{})
+		kids[c.Rank()] = k
+		return err
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return kids
 }
