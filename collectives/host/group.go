@@ -130,7 +130,13 @@ func (b *backend) runPairs(ctx context.Context, g *collectives.Group) error {
 			continue
 		}
 		if err := b.idle(ctx, &w, bell, st); err != nil {
-			b.clearWait()
+			if !errors.Is(err, collectives.ErrTimeout) {
+				b.clearWait()
+			}
+			// A rank that gave up on its peers leaves its wait
+			// published: the ranks that time out after it, a moment
+			// later, follow the chain through it as through a rank
+			// still waiting (its last look goes stale in waitFresh).
 			return err
 		}
 	}

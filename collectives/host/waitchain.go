@@ -69,8 +69,12 @@ func (b *backend) blameChain(peer int, start, now time.Time) (int, []int) {
 	if b.n > 64 {
 		return peer, nil
 	}
+	if b.waitCycle(peer, now) {
+		// Sends that all wait for their Recvs, say: whichever began
+		// waiting first, no rank is more to blame than the peer.
+		return peer, nil
+	}
 	var via []int
-	peer0 := peer
 	visited := uint64(1)<<b.rank | uint64(1)<<peer
 	for range b.n {
 		on, since, seen := b.waitWords(peer)
@@ -83,11 +87,6 @@ func (b *backend) blameChain(peer int, start, now time.Time) (int, []int) {
 		// brings it: peer's waits on it are not what holds peer up.
 		others := mask &^ visited
 		if others == 0 {
-			if mask&(1<<b.rank) != 0 {
-				// A cycle back to this rank (Sends that all wait for
-				// their Recvs): no rank more to blame than the peer.
-				return peer0, nil
-			}
 			break
 		}
 		via = append(via, peer)
@@ -95,6 +94,29 @@ func (b *backend) blameChain(peer int, start, now time.Time) (int, []int) {
 		visited |= 1 << peer
 	}
 	return peer, via
+}
+
+// waitCycle reports whether every rank the waits lead to from peer
+// (leaving this rank, which is ready, out) still looks and itself waits:
+// then they wait in a cycle, none for a rank outside it, and none is
+// more to blame than another. A rank not waiting or not looking any more
+// (stopped, gone, or not in the call) is one the job waits for.
+func (b *backend) waitCycle(peer int, now time.Time) bool {
+	me := uint64(1) << b.rank
+	reach := uint64(1) << peer
+	for next := reach; next != 0; {
+		q := bits.TrailingZeros64(next)
+		next &^= 1 << q
+		on, _, seen := b.waitWords(q)
+		mask := atomic.LoadUint64(on)
+		if mask == 0 || now.Sub(time.Unix(0, int64(atomic.LoadUint64(seen)))) > waitFresh {
+			return false
+		}
+		mask &^= me
+		next |= mask &^ reach
+		reach |= mask
+	}
+	return true
 }
 
 // chainedStuck re-aims a timeout on peer (this rank's wait since start)

@@ -98,3 +98,57 @@ func TestTimeoutChainStopsAtACycle(t *testing.T) {
 	assert.NotContains(t, err.Error(), "which has waited longer")
 	runtime.KeepAlive(bufs)
 }
+
+// A cycle of waits blames the peer whichever rank of it began waiting
+// first: here rank 2 began after rank 0, which the time-ordered chain
+// alone would have taken for rank 2 being behind, and blamed it.
+func TestWaitCycleBlamesThePeerInAnyOrder(t *testing.T) {
+	ranks := chainJob(t, []time.Duration{time.Minute, time.Minute, time.Minute})
+	be := make([]*backend, len(ranks))
+	for r, g := range ranks {
+		be[r] = g.(*backend)
+	}
+	now := time.Now()
+	start := now.Add(-time.Second) // rank 0's wait on rank 1
+	publish := func(q int, on uint64, since time.Time) {
+		w, s, seen := be[0].waitWords(q)
+		atomic.StoreUint64(s, uint64(since.UnixNano()))
+		atomic.StoreUint64(seen, uint64(now.UnixNano()))
+		atomic.StoreUint64(w, on)
+	}
+	publish(0, 1<<1, start)
+	publish(1, 1<<2, start.Add(-time.Second))
+	publish(2, 1<<0, start.Add(time.Millisecond))
+	end, via := be[0].blameChain(1, start, now)
+	assert.Equal(t, 1, end)
+	assert.Empty(t, via)
+
+	// Rank 2 stopped (its last look stale): no cycle, and the chain
+	// through rank 1 ends at rank 2.
+	_, _, seen := be[0].waitWords(2)
+	atomic.StoreUint64(seen, uint64(now.Add(-time.Hour).UnixNano()))
+	end, via = be[0].blameChain(1, start, now)
+	assert.Equal(t, 2, end)
+	assert.Equal(t, []int{1}, via)
+}
+
+// A peer that also waits for this rank but for a stopped third is not a
+// cycle: the third is named.
+func TestWaitChainOutOfACycleNamesTheStopped(t *testing.T) {
+	ranks := chainJob(t, []time.Duration{time.Minute, time.Minute, time.Minute})
+	b0 := ranks[0].(*backend)
+	now := time.Now()
+	start := now.Add(-time.Second)
+	set := func(q int, on uint64, since, seen time.Time) {
+		w, s, sn := b0.waitWords(q)
+		atomic.StoreUint64(s, uint64(since.UnixNano()))
+		atomic.StoreUint64(sn, uint64(seen.UnixNano()))
+		atomic.StoreUint64(w, on)
+	}
+	set(0, 1<<1, start, now)
+	set(1, 1<<0|1<<2, start.Add(-time.Second), now)          // waits for rank 0 and rank 2
+	set(2, 1<<1, start.Add(-time.Hour), now.Add(-time.Hour)) // stopped an hour ago
+	end, via := b0.blameChain(1, start, now)
+	assert.Equal(t, 2, end)
+	assert.Equal(t, []int{1}, via)
+}
