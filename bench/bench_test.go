@@ -152,6 +152,11 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"all_reduce", "-b", "8", "-e", "16", "-i", "0"}, "stepbytes"},
 		{[]string{"all_reduce", "-t", "4"}, "goccl run -np 4"},
 		{[]string{"all_reduce", "--nthreads", "2"}, "one rank per process"},
+		{[]string{"all_reduce", "-m", "4"}, "-m (nccl-tests' aggregated iterations) is not one of goccl bench's flags"},
+		{[]string{"all_reduce", "--run_cycles", "2"}, "-run_cycles (nccl-tests' run cycles) is not one of"},
+		{[]string{"all_reduce", "-T", "60"}, "GOCCL_TIMEOUT"},
+		{[]string{"all_reduce", "-J", "o.json"}, "--json FILE"},
+		{[]string{"all_reduce", "-q"}, "flag provided but not defined: -q"},
 	}
 	for _, tt := range bad {
 		_, err := ParseArgs(tt.args)

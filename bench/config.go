@@ -91,6 +91,7 @@ nccl-tests' flags:
                        a launcher (comm.InitAll; UVA on GPUs)           [1]
   -t, --nthreads 1     only 1: goccl runs one rank per process; start
                        N of them with goccl run -np N                   [1]
+  not taken: nccl-tests' -m -N -p -y -T -C -S -J (an error says why)
 goccl's:
   --backend host|gpu|auto   auto is gpu where a CUDA device exists      [auto]
   --json FILE          write every row, the machine and the mode as JSON
@@ -159,7 +160,7 @@ func ParseArgs(args []string) (Config, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return cfg, fmt.Errorf("%w: help requested", ErrUsage)
 			}
-			return cfg, fmt.Errorf("%w: %v", ErrUsage, err)
+			return cfg, fmt.Errorf("%w: %v", ErrUsage, unknownFlag(err))
 		}
 		if fs.NArg() == 0 {
 			break
@@ -339,4 +340,39 @@ func (c *Config) Sizes() []int64 {
 		s = next
 	}
 	return out
+}
+
+// notTaken are nccl-tests' flags goccl bench does not take, with what
+// they do there, so that a user of nccl-tests learns why.
+var notTaken = map[string]string{
+	"m": "aggregated iterations", "agg_iters": "aggregated iterations",
+	"N": "run cycles", "run_cycles": "run cycles",
+	"p": "parallel init", "parallel_init": "parallel init",
+	"y": "the NULL stream", "stream_null": "the NULL stream",
+	"T": "a timeout", "timeout": "a timeout",
+	"C": "CPU time reports", "report_cputime": "CPU time reports",
+	"S": "timestamp reports", "report_timestamps": "timestamp reports",
+	"J": "a JSON output file", "output_file": "a JSON output file",
+}
+
+// unknownFlag names an nccl-tests flag goccl bench lacks in err, the flag
+// package's "flag provided but not defined: -X".
+func unknownFlag(err error) error {
+	const pre = "flag provided but not defined: "
+	name, ok := strings.CutPrefix(err.Error(), pre)
+	if !ok {
+		return err
+	}
+	what, ok := notTaken[strings.TrimLeft(name, "-")]
+	if !ok {
+		return err
+	}
+	hint := ""
+	switch strings.TrimLeft(name, "-") {
+	case "T", "timeout":
+		hint = "; goccl run --timeout or GOCCL_TIMEOUT bound the job and its calls"
+	case "J", "output_file":
+		hint = "; --json FILE writes the results"
+	}
+	return fmt.Errorf("%s (nccl-tests' %s) is not one of goccl bench's flags%s", name, what, hint)
 }
