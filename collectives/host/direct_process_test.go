@@ -107,13 +107,8 @@ func TestDirectPeerKilled(t *testing.T) {
 		_ = be.Run(ctx, &collectives.Args{Coll: collectives.AllReduce, Send: addr(buf), Recv: addr(buf), Count: len(buf) / 4, Type: collectives.Float32, Op: collectives.Sum})
 		t.Fatal("rank 1 outlived its SIGKILL")
 	}
-	p, err := pairtest.Start("TestDirectPeerKilled")
-	require.NoError(t, err)
-	defer func() {
-		err := p.Wait(60 * time.Second)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "killed")
-	}()
+	p, died := killedPeer(t, "TestDirectPeerKilled")
+	defer died()
 	be, err := New(ctx, p, cfg)
 	require.NoError(t, err)
 	defer be.Close()
@@ -142,13 +137,8 @@ func TestAllocPeerKilled(t *testing.T) {
 		_ = unix.Kill(os.Getpid(), unix.SIGKILL)
 		select {}
 	}
-	p, err := pairtest.Start("TestAllocPeerKilled")
-	require.NoError(t, err)
-	defer func() {
-		err := p.Wait(60 * time.Second)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "killed")
-	}()
+	p, died := killedPeer(t, "TestAllocPeerKilled")
+	defer died()
 	be, err := New(ctx, p, cfg)
 	require.NoError(t, err)
 	defer be.Close()

@@ -25,6 +25,18 @@ func pairRank(t *testing.T, test string) (transport.Bootstrap, func()) {
 	return p, func() { require.NoError(t, p.Wait(60*time.Second)) }
 }
 
+// killedPeer starts this test's child, which kills itself; the returned
+// check, deferred, asserts it died by the signal.
+func killedPeer(t *testing.T, test string) (*pairtest.Parent, func()) {
+	p, err := pairtest.Start(test)
+	require.NoError(t, err)
+	return p, func() {
+		err := p.Wait(60 * time.Second)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "killed")
+	}
+}
+
 // TestCollectivesAcrossProcesses runs collectives between this process
 // and a child through memfd segments and process-shared futexes. Both
 // ranks derive both inputs from a shared seed, so each checks its own

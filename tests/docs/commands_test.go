@@ -106,28 +106,36 @@ func docPages(t *testing.T, root string) []string {
 	return append(append(pages, more...), filepath.Join(root, "README.md"), filepath.Join(root, "scripts", "gpu", "README.md"))
 }
 
+// eachSnippet calls f with every code snippet of the documents and the
+// page's path from root.
+func eachSnippet(t *testing.T, root string, f func(rel, snippet string)) {
+	for _, page := range docPages(t, root) {
+		b, err := os.ReadFile(page)
+		require.NoError(t, err)
+		rel, _ := filepath.Rel(root, page)
+		for _, s := range codeSnippets(string(b)) {
+			f(rel, s)
+		}
+	}
+}
+
 // TestDocumentedCommandsParse: every `goccl run` and `goccl bench` command
 // line the documents give with values (and make bench's BENCH_ARGS) is one
 // the commands accept.
 func TestDocumentedCommandsParse(t *testing.T) {
 	root := repoRoot(t)
 	n := 0
-	for _, page := range docPages(t, root) {
-		b, err := os.ReadFile(page)
-		require.NoError(t, err)
-		rel, _ := filepath.Rel(root, page)
-		for _, s := range codeSnippets(string(b)) {
-			for _, prefix := range []string{"goccl run ", "goccl bench "} {
-				fields, ok := command(s, prefix)
-				if !ok {
-					continue
-				}
-				n++
-				assert.NoError(t, checkGocclCommand(fields), "%s: %q", rel, strings.Join(fields, " "))
-				break // a goccl run's bench was checked with it
+	eachSnippet(t, root, func(rel, s string) {
+		for _, prefix := range []string{"goccl run ", "goccl bench "} {
+			fields, ok := command(s, prefix)
+			if !ok {
+				continue
 			}
+			n++
+			assert.NoError(t, checkGocclCommand(fields), "%s: %q", rel, strings.Join(fields, " "))
+			break // a goccl run's bench was checked with it
 		}
-	}
+	})
 	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^BENCH_ARGS\s*\?=\s*(.+)$`).FindSubmatch(mk)
@@ -144,30 +152,25 @@ func TestDocumentedCommandsParse(t *testing.T) {
 func TestDocumentedBenchmarksExist(t *testing.T) {
 	root := repoRoot(t)
 	n := 0
-	for _, page := range docPages(t, root) {
-		b, err := os.ReadFile(page)
-		require.NoError(t, err)
-		rel, _ := filepath.Rel(root, page)
-		for _, s := range codeSnippets(string(b)) {
-			pattern, pkgs := benchCommand(s)
-			if pattern == "" {
-				continue
-			}
-			re, err := regexp.Compile(topLevel(pattern))
-			if !assert.NoError(t, err, "%s: -bench %q", rel, pattern) {
-				continue
-			}
-			for _, pkg := range pkgs {
-				n++
-				names := benchmarks(t, filepath.Join(root, pkg))
-				found := false
-				for _, name := range names {
-					found = found || re.MatchString(name)
-				}
-				assert.True(t, found, "%s: go test -bench %q %s: no such benchmark (the package has %v)", rel, pattern, pkg, names)
-			}
+	eachSnippet(t, root, func(rel, s string) {
+		pattern, pkgs := benchCommand(s)
+		if pattern == "" {
+			return
 		}
-	}
+		re, err := regexp.Compile(topLevel(pattern))
+		if !assert.NoError(t, err, "%s: -bench %q", rel, pattern) {
+			return
+		}
+		for _, pkg := range pkgs {
+			n++
+			names := benchmarks(t, filepath.Join(root, pkg))
+			found := false
+			for _, name := range names {
+				found = found || re.MatchString(name)
+			}
+			assert.True(t, found, "%s: go test -bench %q %s: no such benchmark (the package has %v)", rel, pattern, pkg, names)
+		}
+	})
 	t.Logf("%d benchmark commands", n)
 	require.Greater(t, n, 5, "the scan found too few benchmarks to be working")
 }
