@@ -8,7 +8,8 @@
 # and 4 processes sharing the GPUs (rings of every dtype at counts 0 to
 # 1Mi+3, all pairs in reverse order with repeats, AllToAll, AllToAllv,
 # Gather, Scatter, a ring in a CUDA graph replayed with new inputs), the
-# same at 2 over ipc, a pair whose counts disagree (both ranks must fail
+# same at 2 over ipc, rings of Sends before Recvs outside any group at 2
+# and 3 (eager), a pair whose counts disagree (both ranks must fail
 # with ErrInvalidCount), ranks that meet in calls of different numbers
 # (every rank must fail with ErrCallMismatch) and, where $B has it, the
 # collectives' conformance (every call, point-to-point included) at 2, 3
@@ -75,6 +76,10 @@ for n in 2 3 4; do
 done
 step "p2pgpu, 2 procs, ipc" 150 env GOCCL_TRANSPORT=ipc "$B/goccl" run -np 2 "$B/p2pgpu" -replays 5
 step "p2pgpu, counts disagree, 2 procs" 120 bash -c 'out=$("$0" run -np 2 "$1" -mode mismatch 2>&1); echo "$out"; [ "$(grep -c "mismatch: PASS" <<<"$out")" = 2 ]' "$B/goccl" "$B/p2pgpu"
+# Sends before Recvs outside any group, eager below the limit.
+for n in 2 3; do
+  step "p2pgpu, eager ring, $n procs" 100 "$B/goccl" run -np $n "$B/p2pgpu" -mode eager
+done
 # Ranks in calls of different numbers: rank 1 makes an AllReduce (LL at
 # 4 KB, staged at 4 MiB) with count 0; every rank must fail.
 for m in "2 1000" "2 1048576" "3 1000"; do

@@ -17,6 +17,11 @@
 //   - mismatch (-mode mismatch, last, as it ends the communicator): rank 0
 //     sends 100 elements to rank 1, which expects 101: both ranks must get
 //     an error wrapping ErrInvalidCount, within the time bound;
+//   - eager (-mode eager, in a job of its own, as a rank whose Sends
+//     were not eager would hang there): outside any group every rank
+//     Sends to r+1 and then Recvs from r-1, each call on its own, at
+//     sizes up to -eager-max bytes, then several such Sends queued before
+//     their Recvs; the Sends must complete without their receivers;
 //   - count0 (-mode count0, in a job of its own): four AllReduces of
 //     -count float32, of which rank 1 makes the second with count 0: it
 //     takes its number but launches nothing, so rank 1's third call meets
@@ -89,10 +94,49 @@ type xfer struct {
 	off     int // bytes from the buffer's start (misalignment)
 }
 
+// eager runs rings of Sends before Recvs outside any group: each rank
+// Sends to the next, then Recvs from the previous, every call on its own.
+func (r *rig) eager(ctx context.Context, max int) {
+	// A Send that waits for its receiver never ends here: fail instead.
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	n, me := r.n, r.me
+	next, prev := (me+1)%n, (me+n-1)%n
+	seed := uint64(1000)
+	for _, bytes := range []int{0, 4, 4096, 4100, max / 2, max} {
+		seed++
+		xs := []xfer{{send: true, peer: next, count: bytes / 4, dt: comm.Float32},
+			{peer: prev, count: bytes / 4, dt: comm.Float32, off: 4 * (bytes % 8 / 4)}}
+		r.report(fmt.Sprintf("eager ring %d B", bytes/4*4), r.runEach(ctx, seed, xs))
+	}
+	// Four Sends of a quarter of the limit queued before their Recvs.
+	seed++
+	var xs []xfer
+	for k := range 4 {
+		xs = append(xs, xfer{send: true, peer: next, k: k, count: max / 16, dt: comm.Uint32})
+	}
+	for k := range 4 {
+		xs = append(xs, xfer{peer: prev, k: k, count: max / 16, dt: comm.Uint32, off: 4 * k})
+	}
+	r.report("eager ring, 4 Sends queued", r.runEach(ctx, seed, xs))
+}
+
+// runEach issues xs one call at a time outside any group (in the given
+// order) on one stream, waits, and checks every receive buffer.
+func (r *rig) runEach(ctx context.Context, seed uint64, xs []xfer) error {
+	return r.issue(ctx, seed, xs, false)
+}
+
 // run issues xs as one group (in the given order), waits, and checks every
 // receive buffer and its guard.
 func (r *rig) run(ctx context.Context, seed uint64, xs []xfer) error {
-	g := comm.NewGroup()
+	return r.issue(ctx, seed, xs, true)
+}
+
+// issue fills every buffer first (so that no copy or fill stands between
+// the calls on the device), then makes the calls, in a group or each on
+// its own.
+func (r *rig) issue(ctx context.Context, seed uint64, xs []xfer, grouped bool) error {
 	for i := range xs {
 		x := &xs[i]
 		bytes := x.count * x.dt.Size()
@@ -104,22 +148,39 @@ func (r *rig) run(ctx context.Context, seed uint64, xs []xfer) error {
 		if x.send {
 			b := make([]byte, bytes)
 			gen(seed, r.me, x.peer, x.k, b)
-			if err := r.sp.CopyIn(x.buf, x.off, b); err != nil {
-				return err
-			}
-			err = g.Send(r.c, x.buf.Ptr+uintptr(x.off), x.count, x.dt, x.peer, r.sp.Stream())
+			err = r.sp.CopyIn(x.buf, x.off, b)
 		} else {
-			if err := r.sp.Fill(x.buf, 0, x.off+bytes+guard, poison); err != nil {
-				return err
-			}
-			err = g.Recv(r.c, x.buf.Ptr+uintptr(x.off), x.count, x.dt, x.peer, r.sp.Stream())
+			err = r.sp.Fill(x.buf, 0, x.off+bytes+guard, poison)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := g.Run(ctx); err != nil {
+	if err := r.sp.Sync(ctx); err != nil {
 		return err
+	}
+	g := comm.NewGroup()
+	for _, x := range xs {
+		p := x.buf.Ptr + uintptr(x.off)
+		var err error
+		switch {
+		case x.send && grouped:
+			err = g.Send(r.c, p, x.count, x.dt, x.peer, r.sp.Stream())
+		case x.send:
+			err = r.c.Send(ctx, p, x.count, x.dt, x.peer, r.sp.Stream())
+		case grouped:
+			err = g.Recv(r.c, p, x.count, x.dt, x.peer, r.sp.Stream())
+		default:
+			err = r.c.Recv(ctx, p, x.count, x.dt, x.peer, r.sp.Stream())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if grouped {
+		if err := g.Run(ctx); err != nil {
+			return err
+		}
 	}
 	if err := r.sp.Sync(ctx); err != nil {
 		return err
@@ -157,7 +218,8 @@ func (r *rig) check(seed uint64, xs []xfer) error {
 }
 
 func main() {
-	mode := flag.String("mode", "all", "all | mismatch | count0")
+	mode := flag.String("mode", "all", "all | mismatch | count0 | eager")
+	eagerMax := flag.Int("eager-max", 64<<10, "largest Send of -mode eager, bytes")
 	count := flag.Int("count", 1000, "elements of the count0 AllReduces")
 	replays := flag.Int("replays", 20, "graph replays")
 	flag.Parse()
@@ -183,6 +245,11 @@ func main() {
 		r.mismatch(ctx)
 	case "count0":
 		r.count0(ctx, *count)
+	case "eager":
+		r.eager(ctx, *eagerMax)
+		if err := c.Close(); err != nil {
+			r.report("close", err)
+		}
 	default:
 		r.all(ctx, *replays)
 		if err := c.Close(); err != nil {
