@@ -167,14 +167,16 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 
 	// Workspace: signal slots, then two staging halves of nranks*grid
-	// slots each, the LL kernel's lines and the copy engines' landing
-	// area, mapped by every peer.
+	// slots each, the LL kernel's lines, the copy engines' landing area
+	// and the point-to-point eager area (p2p.go), mapped by every peer.
 	slot := uint64(tune.slot)
 	llOffset := 2 * uint64(nranks) * uint64(tune.grid) * slot
 	staging := llOffset + llBytes(nranks)
 	landing := landBytes(nranks, tune.ceLand)
-	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging+landing); err != nil {
-		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging+landing, err)
+	be.p2p.eagerAt = staging + landing
+	wsBytes := signalSize + staging + landing + eagerBytes(nranks)
+	if be.workspace, err = be.mapper.Alloc(ctx, wsBytes); err != nil {
+		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", wsBytes, err)
 	}
 	ws := be.workspace
 	if len(ws.Peers) != nranks {
@@ -192,7 +194,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage,
 		layout{blockSlots: uint32(tune.grid), shareBytes: uint32(tune.share), slotBytes: slot, llOffset: llOffset})
-	be.initP2P()
+	be.initP2P(be.p2p.eagerAt)
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
 		return nil, err
@@ -234,6 +236,14 @@ func (be *Backend) setupLocal(image []byte) error {
 	// signal: zero, wait, then a bootstrap barrier.
 	if err := drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ws.Local), 0, signalSize/4, 0); err != nil {
 		return fmt.Errorf("gpu backend: clear signals: %w", err)
+	}
+	// The eager mailboxes too: a receiver takes an entry whose op number
+	// reaches its op's as published.
+	if n := eagerBytes(be.nranks); n > 0 {
+		at := cuda.DevicePtr(ws.Local + signalSize + uintptr(be.p2p.eagerAt))
+		if err := drv.MemsetD8Async(be.ctx, at, 0, n, 0); err != nil {
+			return fmt.Errorf("gpu backend: clear the eager area: %w", err)
+		}
 	}
 	if err := drv.CtxSynchronize(be.ctx); err != nil {
 		return fmt.Errorf("gpu backend: clear signals: %w", err)

@@ -39,12 +39,32 @@ func TestP2PParamsMatchKernel(t *testing.T) {
 		"u32 kZcSlots":        strconv.Itoa(zcSlots), "int kZcOffBits": strconv.Itoa(zcOffBits),
 		"u64 kP2PStampClaim": strconv.Itoa(p2pStampClaim) + ", kP2PStampStart = " + strconv.Itoa(p2pStampStart) +
 			", kP2PStampEnd = " + strconv.Itoa(p2pStampEnd),
+		"u64 kP2PEagerOff":   strconv.Itoa(p2pEagerOff),
+		"u32 kP2PEagerQ":     strconv.Itoa(p2pEagerQ),
+		"u64 kP2PEagerEntry": strconv.Itoa(p2pEagerEntry),
+		"u64 kP2PEagerData":  "256 << 10",
+		"u64 kP2PMinChunk":   strconv.Itoa(p2pMinChunk),
+		"int kRecEFreed":     "0, kRecEBad = 4, kRecEHead = 8, kRecPosted = 12",
+		"int kRecRTag":       "48, kRecRPath = " + strconv.Itoa(p2pRecRPath) + ", kRecROff = 56",
+		"P2PPath : u32 {":    "",
 	} {
+		if name == "P2PPath : u32 {" {
+			m := regexp.MustCompile(`enum P2PPath : u32 \{ kPathStaging = (\d), kPathZc = (\d), kPathEager = (\d) \};`).FindStringSubmatch(string(src))
+			require.NotNil(t, m, "p2p.cu's P2PPath")
+			assert.Equal(t, []string{strconv.Itoa(p2pPathStaging), strconv.Itoa(p2pPathZC), strconv.Itoa(p2pPathEager)}, m[1:])
+			continue
+		}
 		m := regexp.MustCompile(`constexpr ` + name + ` = ([^;]+);`).FindStringSubmatch(string(src))
 		require.NotNil(t, m, name)
 		assert.Equal(t, want, m[1], name)
 	}
 	assert.Equal(t, 40<<10, p2pOffset)
+	assert.Equal(t, 256<<10, p2pEagerData)
+	m = regexp.MustCompile(`kP2PEagerSrcBytes == (\d+),`).FindStringSubmatch(string(src))
+	require.NotNil(t, m, "p2p.cu asserts the eager area's size")
+	assert.Equal(t, strconv.Itoa(p2pEagerSrcBytes), m[1])
+	m = regexp.MustCompile(`constexpr int kMbBytes = 0, kMbPath = 8, kMbAt = 12, kMbOps = 16;`).FindStringSubmatch(string(src))
+	require.NotNil(t, m, "p2p.cu's mailbox entry")
 	assert.LessOrEqual(t, p2pChannels, p2pMaxChannels)
 	assert.LessOrEqual(t, 2*(maxRanks-1)+1, p2pMaxLanes, "every lane of 8 ranks fits one launch")
 }
