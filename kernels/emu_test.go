@@ -73,6 +73,7 @@ var emuScenarios = []struct {
 	{"p2pzc", true},
 	{"p2pzcmismatch", true},
 	{"p2peager", true},
+	{"p2ptimeout", true},
 	{"callskip", true},
 	{"fused2", true},
 	{"fused3", false},

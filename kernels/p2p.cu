@@ -53,6 +53,13 @@
 // Counters live on the device and are advanced by the kernel, so CUDA
 // graphs replay correctly.
 //
+// Every wait on the peer looks, each 1024 polls, at the abort flag, at the
+// peer's rejection (ebad) and, when the launch carries a timeout
+// (GOCCL_TIMEOUT, Params.reserved[4]'s high half in ms), at %globaltimer:
+// past the timeout it records kErrSendTimeout or kErrRecvTimeout with the
+// peer, the op's number on the lane and the nanoseconds waited, and
+// aborts the rank.
+//
 // Zero copy: a Recv whose buffer lies in a registration carries the
 // registration's tag and the buffer's offset in it (P2POp.src; the host
 // offers it from GOCCL_TUNE's p2pzc bytes up); d publishes them with its count
@@ -121,6 +128,10 @@ constexpr u64 kP2PStampClaim = 1, kP2PStampStart = 2, kP2PStampEnd = 4;
 // kP2PEagerOff (the same word): every Send of the launch is a rendezvous
 // (GOCCL_TUNE p2peager=0).
 constexpr u64 kP2PEagerOff = 8;
+// The word's high 32 bits bound every wait on a peer, in milliseconds (0:
+// none, GOCCL_TIMEOUT unset): a wait past it records kErrSendTimeout or
+// kErrRecvTimeout naming the peer and the op, and aborts the rank.
+constexpr int kP2PTimeoutShift = 32;
 
 enum P2PKindDev : u32 { kLaneSend = 0, kLaneRecv = 1, kLaneCopy = 2 };
 
@@ -262,6 +273,8 @@ struct LaneSide {
   const P2PParams& q;
   const int peer;
   const u32 ch;
+  const bool send;
+  const u64 timeout;  // ns, 0: none
   const u32* abortp;
   char* mine;
   char* theirs;
@@ -271,6 +284,8 @@ struct LaneSide {
       : q(qq),
         peer(lane.peer),
         ch(c),
+        send(at == kRecSendOps),
+        timeout((qq.p.reserved[4] >> kP2PTimeoutShift) * 1000000ull),
         abortp((const u32*)qq.p.abortFlag),
         mine(record(qq.p.signals, lane.peer, c)),
         theirs(record(qq.p.peerSignals[lane.peer], qq.p.rank, c)),
@@ -290,10 +305,24 @@ struct LaneSide {
   }
   // watch (thread 0): wait_flag that also ends when the peer rejected an
   // eager Send of this rank, so that no wait on a peer that stopped
-  // there outlives the report.
+  // there outlives the report, and past the timeout, timed by
+  // %globaltimer from the wait's first look at the clock (after its first
+  // 1024 polls, so that waits that end at once never read it), which it
+  // reports as the op's (its number: ops) timeout.
   __device__ bool watch(const u32* flag, u32 want) {
-    for (u32 spins = 0; (i32)(ld_acquire_sys(flag) - want) < 0;)
-      if ((++spins & 1023) == 0 && (ld_volatile_sys(abortp) != 0 || !healthy())) return false;
+    u64 t0 = 0;
+    for (u32 spins = 0; (i32)(ld_acquire_sys(flag) - want) < 0;) {
+      if ((++spins & 1023) != 0) continue;
+      if (ld_volatile_sys(abortp) != 0 || !healthy()) return false;
+      if (timeout == 0) continue;
+      const u64 now = globaltimer();
+      if (t0 == 0) {
+        t0 = now;
+      } else if (now - t0 > timeout) {
+        report_error(q.p, send ? kErrSendTimeout : kErrRecvTimeout, peer, ops, now - t0);
+        return false;
+      }
+    }
     return true;
   }
   __device__ bool wait(int off, u32 want) { return v.share(threadIdx.x != 0 || watch(word(mine, off), want)); }

@@ -36,6 +36,12 @@ type Config struct {
 	// Logger receives the backend's messages (nil: slog's default), so
 	// that GOCCL_DEBUG governs them as it does the rest of goccl's.
 	Logger *slog.Logger
+	// Timeout bounds a point-to-point kernel's every wait for a peer
+	// (GOCCL_TIMEOUT; 0: none, a wait lasts until the peer comes or the
+	// communicator is aborted): a wait past it fails the rank with an
+	// error wrapping collectives.ErrTimeout that names the peer and the
+	// op. It is counted in whole milliseconds (rounded up).
+	Timeout time.Duration
 	// Nodes holds every rank's node key (nil: all on one node). When they
 	// name several nodes, goccl's transports run among the ranks of each
 	// node and NCCL, loaded at run time, between nodes (multinode.go).
@@ -91,8 +97,10 @@ type Backend struct {
 	// last is how the last call went (LastPath); transport the mapper's name.
 	last      collectives.Path
 	transport string
-	fuse      fuseState     // group fusion (fuse.go)
-	a2a       cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
+	fuse      fuseState // group fusion (fuse.go)
+	// p2pTimeout bounds the point-to-point kernels' waits (Config.Timeout).
+	p2pTimeout time.Duration
+	a2a        cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -123,6 +131,9 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if nranks < 1 || nranks > maxRanks {
 		return nil, fmt.Errorf("gpu backend: %d ranks, the kernels support 1 to %d: %w", nranks, maxRanks, collectives.ErrInvalidArgument)
 	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("gpu backend: timeout %v is negative: %w", cfg.Timeout, collectives.ErrInvalidArgument)
+	}
 	algo := cfg.Algo
 	if algo == "" {
 		algo = os.Getenv("GOCCL_ALGO")
@@ -141,7 +152,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		log = slog.Default()
 	}
 	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, log: log, tune: tune, forced: forced,
-		prm: new(params), abortDrain: abortDrain}
+		prm: new(params), abortDrain: abortDrain, p2pTimeout: cfg.Timeout}
 	defer func() {
 		if err != nil {
 			be.release(context.WithoutCancel(ctx))

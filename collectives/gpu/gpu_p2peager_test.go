@@ -148,3 +148,42 @@ func (r *rig) eagerRound(t *testing.T, rng *rand.Rand, shifts, sizes []int, what
 		}
 	}
 }
+
+// TestGPUP2PTimeout: with a timeout, a Recv from a rank that never Sends,
+// and a Send above the eager limit to a rank that never Recvs, end at
+// the timeout on the GPU with an error that wraps collectives.ErrTimeout
+// and names the peer and the op, instead of waiting forever.
+func TestGPUP2PTimeout(t *testing.T) {
+	for _, send := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Recv", true: "Send"}[send], func(t *testing.T) {
+			r := newRigWith(t, 2, 1<<20, func(int) Config { return Config{Device: 0, Transport: "uva", Timeout: 200 * time.Millisecond} })
+			op := collectives.P2P{Kind: collectives.RecvOp, Peer: 1, Buf: uintptr(r.recv[0]), Count: 100, Type: collectives.Uint8,
+				Stream: uintptr(r.streams[0])}
+			if send {
+				op = collectives.P2P{Kind: collectives.SendOp, Peer: 1, Buf: uintptr(r.send[0]), Count: 1 << 20, Type: collectives.Uint8,
+					Stream: uintptr(r.streams[0])}
+			}
+			require.NoError(t, r.bes[0].RunGroup(context.Background(), &collectives.Group{P2P: []collectives.P2P{op}}))
+			done := make(chan error, 1)
+			go func() { done <- r.drv.StreamSynchronize(r.bes[0].ctx, r.streams[0]) }()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(time.Minute):
+				r.bes[0].Abort(errors.New("test: the wait did not end"))
+				<-done
+				t.Fatal("the point-to-point wait did not end at its timeout")
+			}
+			err := r.bes[0].kernelError()
+			require.ErrorIs(t, err, collectives.ErrTimeout)
+			var pe *collectives.PeerError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, 1, pe.Rank)
+			want := "rank 0's Recv from rank 1 (its Recv number 1 from it)"
+			if send {
+				want = "rank 0's Send to rank 1 (its Send number 1 to it)"
+			}
+			require.ErrorContains(t, err, want)
+		})
+	}
+}

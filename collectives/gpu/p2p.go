@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/cuda"
@@ -56,6 +57,9 @@ const (
 	// p2pEagerOff (the same word): every Send is a rendezvous
 	// (GOCCL_TUNE p2peager=0).
 	p2pEagerOff = 8
+	// p2pTimeoutShift: the word's high 32 bits bound every wait on a peer,
+	// in milliseconds (0: none).
+	p2pTimeoutShift = 32
 
 	// The eager area (kernels/p2p.cu): per source but the rank itself, the
 	// mailboxes of p2pMaxChannels channels, then p2pEagerData bytes of
@@ -69,6 +73,13 @@ const (
 	p2pEagerSrcBytes  = p2pEagerMailboxes + p2pEagerData // 270336 (p2p.cu asserts it)
 	p2pMinChunk       = 2048                             // kP2PMinChunk
 )
+
+// p2pTimeoutMs is d in whole milliseconds, rounded up, at most the 32 bits
+// the kernels read (49 days); 0 stays 0 (no bound).
+func p2pTimeoutMs(d time.Duration) uint64 {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return uint64(min(max(ms, 0), 1<<32-1))
+}
 
 // eagerBytes is the size of one rank's eager area.
 func eagerBytes(nranks int) uint64 { return uint64(max(nranks-1, 0)) * p2pEagerSrcBytes }
@@ -213,6 +224,7 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		if !be.tune.p2pEager {
 			flags |= p2pEagerOff
 		}
+		flags |= p2pTimeoutMs(be.p2pTimeout) << p2pTimeoutShift
 		if L == 0 {
 			flags |= p2pStampClaim
 			if len(g.Colls) == 0 {

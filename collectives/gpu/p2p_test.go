@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -91,9 +92,10 @@ func TestKernelErrorLayoutMatches(t *testing.T) {
 	assert.Equal(t, 97<<10, llSeqOff)
 	src, err := os.ReadFile("../../kernels/common.cuh")
 	require.NoError(t, err)
-	m := regexp.MustCompile(`enum ErrCode : u32 \{ kErrSendBytes = (\d), kErrRecvBytes = (\d), kErrCall = (\d) \};`).FindStringSubmatch(string(src))
+	m := regexp.MustCompile(`enum ErrCode : u32 \{ kErrSendBytes = (\d), kErrRecvBytes = (\d), kErrCall = (\d), kErrSendTimeout = (\d), kErrRecvTimeout = (\d) \};`).FindStringSubmatch(string(src))
 	require.NotNil(t, m, "common.cuh's ErrCode")
-	assert.Equal(t, []string{strconv.Itoa(errSendBytes), strconv.Itoa(errRecvBytes), strconv.Itoa(errCall)}, m[1:])
+	assert.Equal(t, []string{strconv.Itoa(errSendBytes), strconv.Itoa(errRecvBytes), strconv.Itoa(errCall),
+		strconv.Itoa(errSendTimeout), strconv.Itoa(errRecvTimeout)}, m[1:])
 }
 
 // ---- a model of goccl_p2p over the fake driver's launches ----
@@ -428,9 +430,13 @@ func TestKernelErrorsReported(t *testing.T) {
 			"rank 1's Recv from rank 0 has 400 bytes, rank 0's matching Send to rank 1 has 404"},
 		{"call numbers", 1 | errCall<<1 | 2<<8, 7, 8, collectives.ErrCallMismatch, false,
 			"rank 1's call 7 met rank 2 in its call 8"},
+		{"send timeout", 1 | errSendTimeout<<1 | 2<<8, 5, 2_500_000_000, collectives.ErrTimeout, true,
+			"rank 1's Send to rank 2 (its Send number 5 to it) waited 2.5s for rank 2, past the timeout of 2s"},
+		{"recv timeout", 1 | errRecvTimeout<<1 | 0<<8, 1, 2_000_400_000, collectives.ErrTimeout, true,
+			"rank 1's Recv from rank 0 (its Recv number 1 from it) waited 2s for rank 0, past the timeout of 2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bes, drvs, _ := newFakeBackends(t, 3, Config{})
+			bes, drvs, _ := newFakeBackends(t, 3, Config{Timeout: 2 * time.Second})
 			be := bes[1]
 			h := be.abortHost
 			*(*uint64)(unsafe.Add(h, errOff+8)) = tc.mine

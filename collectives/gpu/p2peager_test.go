@@ -2,8 +2,10 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,4 +98,33 @@ func TestP2PEagerAreaCleared(t *testing.T) {
 	var pe *collectives.PeerError
 	require.ErrorAs(t, errs[0], &pe)
 	assert.Equal(t, 1, pe.Rank)
+}
+
+// Config.Timeout reaches the point-to-point launches in whole
+// milliseconds, rounded up (the high half of their flags word); 0 leaves
+// the waits unbounded, and a negative one fails New.
+func TestP2PTimeoutReachesKernels(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		ms      uint64
+	}{{0, 0}, {time.Nanosecond, 1}, {1500 * time.Microsecond, 2}, {30 * time.Second, 30000}, {2000 * time.Hour, 1<<32 - 1}} {
+		t.Run(tc.timeout.String(), func(t *testing.T) {
+			bes, drvs, _ := newFakeBackends(t, 2, Config{Timeout: tc.timeout})
+			drvs[0].launches = nil
+			require.NoError(t, bes[0].RunGroup(context.Background(), &collectives.Group{P2P: []collectives.P2P{
+				{Kind: collectives.RecvOp, Peer: 1, Buf: userBuf(0, 0), Count: 10, Type: collectives.Float32}}}))
+			require.Len(t, drvs[0].launches, 1)
+			assert.Equal(t, tc.ms, u64at(drvs[0].launches[0].params, offP2PStamp)>>p2pTimeoutShift)
+		})
+	}
+	g := transporttest.NewGroup(1)
+	err := g.Run(func(_ int, b transport.Bootstrap) error {
+		_, err := newBackend(context.Background(), newFakeDriver(), b, Config{Timeout: -time.Second}, []byte("fatbin"),
+			func(context.Context, string, cuda.Driver, transport.Bootstrap, cuda.Device, cuda.Context) (transport.Mapper, error) {
+				return nil, errors.New("not reached")
+			})
+		return err
+	})
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "timeout -1s is negative")
 }

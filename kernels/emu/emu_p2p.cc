@@ -33,7 +33,10 @@
 // launch; 40 Sends queued past the ring and the mailbox to a receiver that
 // comes late, with ring positions wrapping their u32; zero copy and eager
 // together; a mismatched eager Send, which the receiver reports and the
-// sender's next group that waits on it reports as its Send's), callskip (ranks that meet in calls of
+// sender's next group that waits on it reports as its Send's),
+// p2ptimeout (a peer that never comes: a Recv, a rendezvous Send and an
+// eager Send short of credits end at the timeout, naming the peer and the
+// op), callskip (ranks that meet in calls of
 // different numbers, in every staged collective and LL: see below).
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +93,11 @@ struct Scenario {
   int eagerBadGroup = -1;  // the group whose mismatched transfer goes eager (see run_rank)
   u32 ringBase = 0;        // every pair's eager ring positions start here (wrapping u32 counters)
   int slowRank = -1;       // this rank sleeps before each of its groups (receivers that come late)
+  // p2ptimeout: the missing rank returns at once, raising no abort flag;
+  // the other's waits end at timeoutMs with the error of its op number
+  // timeoutOp (a Send to the missing rank, or a Recv from it).
+  int timeoutMs = 0, timeoutOp = 0;
+  bool timeoutSend = false;
 };
 
 struct Rng {
@@ -436,6 +444,24 @@ std::vector<Scenario> scenarios(uint64_t seed) {
     v.push_back(s);
   }
   eager_scenarios(v, rng);
+  for (int k = 0; k < 3; k++) {
+    // A peer that never comes and raises nothing: a Recv from it, a Send
+    // above the eager limit to it, and the 16th of 20 eager Sends (the
+    // first with no mailbox entry free) end at the timeout naming the op.
+    Scenario s = base(k == 0 ? "p2ptimeoutrecv" : k == 1 ? "p2ptimeoutsend" : "p2ptimeoutcredit", "p2ptimeout", 2, 4, 2, 16,
+                      4096);
+    s.split = true;
+    s.missing = 1;
+    s.timeoutMs = 100;
+    s.timeoutSend = k != 0;
+    s.timeoutOp = k == 2 ? (int)goccl::kP2PEagerQ : 1;
+    Group g{{}, rng.next()};
+    if (k == 0) g.t.push_back({1, 0, 4, 100, 100, 0});
+    if (k == 1) g.t.push_back({0, 1, 4, 1 << 20, 1 << 20, 0});
+    for (int i = 0; k == 2 && i < 20; i++) g.t.push_back({0, 1, 1, 1, 1, 0});
+    s.groups.push_back(g);
+    v.push_back(s);
+  }
   return v;
 }
 
@@ -598,6 +624,7 @@ std::vector<P2PParams> launches(const Scenario& s, const Group& g, const std::ve
       q.zcTable = o.inject == "p2pzcnomap" && me == 0 ? 0 : (u64)c.zc[me].data();
       p.reserved[0] = (u64)stamp;
       p.reserved[4] = s.eager && o.inject != "p2pnoeager" ? 0 : goccl::kP2PEagerOff;
+      p.reserved[4] |= (u64)s.timeoutMs << goccl::kP2PTimeoutShift;
       p.reserved[5] = c.eagerOffset;
       p.seq = seq;
       out.push_back(q);
@@ -680,6 +707,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
         for (uint64_t b = 0; b < t.rcount * t.es; b++) want[pl[i].roff + b] = mismatched(t) ? kPoison : gen_byte(g.seed + i, t.src, b);
       }
     }
+    if (me == s.missing && s.timeoutMs) return kExitOK;
     if (me == s.missing) {
       usleep(300 * 1000);
       for (int r = 0; r < c.n; r++) __atomic_store_n((u32*)c.ctl[r], 1u, __ATOMIC_SEQ_CST);
@@ -706,6 +734,24 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
       }
     }
     const uint64_t t1 = goccl::globaltimer();
+    if (s.timeoutMs) {
+      const u32 ew = *(u32*)(c.ctl[me] + goccl::kErrOffset);
+      const u64 op = *(u64*)(c.ctl[me] + goccl::kErrOffset + 8), waited = *(u64*)(c.ctl[me] + goccl::kErrOffset + 16);
+      const u32 code = s.timeoutSend ? goccl::kErrSendTimeout : goccl::kErrRecvTimeout;
+      const u32 wantw = 1u | code << 1 | (u32)s.missing << 8;
+      const u64 bound = (u64)s.timeoutMs * 1000000;
+      if (ew != wantw || op != (u64)s.timeoutOp || waited < bound || t1 - t0 < bound ||
+          __atomic_load_n((u32*)c.ctl[me], __ATOMIC_SEQ_CST) != 1) {
+        printf("FAIL %s rank %d: error record %#x op %llu waited %llu ns (launches took %llu ns), want %#x op %d waited >= %llu\n",
+               s.name.c_str(), me, ew, (unsigned long long)op, (unsigned long long)waited, (unsigned long long)(t1 - t0), wantw,
+               s.timeoutOp, (unsigned long long)bound);
+        return kExitCheck;
+      }
+      printf("%s rank %d: its %s %llu %s rank %d timed out after %llu ns: reported\n", s.name.c_str(), me,
+             s.timeoutSend ? "Send" : "Recv", (unsigned long long)op, s.timeoutSend ? "to" : "from", s.missing,
+             (unsigned long long)waited);
+      return kExitOK;
+    }
     if (s.stagingUntouched)
       for (uint64_t b = 0; b < c.llOffset; b++)
         if ((uint8_t)staging[b] != kCanary) {
@@ -944,7 +990,7 @@ bool run_callskip(const EmuOptions& o) {
 }  // namespace
 
 std::vector<std::string> p2p_groups() {
-  return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch", "p2pzc", "p2pzcmismatch", "p2peager", "callskip"};
+  return {"p2p2", "p2pring", "p2pall", "p2pabort", "p2pmismatch", "p2pzc", "p2pzcmismatch", "p2peager", "p2ptimeout", "callskip"};
 }
 
 bool p2p_run_group(const std::string& group, const EmuOptions& o) {
