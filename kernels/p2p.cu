@@ -105,6 +105,7 @@ constexpr u64 kP2PEagerSrcBytes = kP2PEagerMailboxes + kP2PEagerData;
 constexpr int kMbBytes = 0, kMbPath = 8, kMbAt = 12, kMbOps = 16;
 enum P2PPath : u32 { kPathStaging = 0, kPathZc = 1, kPathEager = 2 };
 static_assert(kMbOps + 4 <= kP2PEagerEntry, "mailbox entry overflows");
+static_assert(kRecROff + 8 <= kP2PRecordBytes, "record fields overflow the record");
 static_assert(kP2PEagerSrcBytes == 270336, "eager area changed: update collectives/gpu/p2p.go");
 static_assert((kP2PEagerData & (kP2PEagerData - 1)) == 0 && kP2PEagerData / kP2PMaxChannels >= kP2PMinChunk,
               "every channel's ring must hold a smallest chunk");

@@ -66,7 +66,7 @@ const (
 	// rings shared by the lane's channels (a power of 2 each, at most its
 	// share). A channel's part of a Send that fits its ring goes there
 	// without waiting for the Recv.
-	p2pEagerQ         = 16 // mailbox entries per (source, channel): eager Sends queued
+	p2pEagerQ         = 16 // mailbox entries per (source, channel): 15 eager Sends past the receiver's op
 	p2pEagerEntry     = 32
 	p2pEagerMailboxes = p2pMaxChannels * p2pEagerQ * p2pEagerEntry
 	p2pEagerData      = 256 << 10
@@ -128,8 +128,13 @@ var (
 	_ [errClaimOff - (p2pOffset + maxRanks*p2pMaxChannels*p2pRecordBytes)]struct{}
 )
 
-// Each rank's ring of every channel holds a smallest chunk.
-var _ [p2pEagerData/p2pMaxChannels - p2pMinChunk]struct{}
+// Each rank's ring of every channel holds a smallest chunk, and the eager
+// area's size per source is the one kernels/p2p.cu asserts.
+var (
+	_ [p2pEagerData/p2pMaxChannels - p2pMinChunk]struct{}
+	_ [p2pEagerSrcBytes - 270336]struct{}
+	_ [270336 - p2pEagerSrcBytes]struct{}
+)
 
 type p2pParams [p2pParamSize]byte
 

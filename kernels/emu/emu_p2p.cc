@@ -92,7 +92,8 @@ struct Scenario {
   bool split = false;
   int eagerBadGroup = -1;  // the group whose mismatched transfer goes eager (see run_rank)
   u32 ringBase = 0;        // every pair's eager ring positions start here (wrapping u32 counters)
-  int slowRank = -1;       // this rank sleeps before each of its groups (receivers that come late)
+  int slowRank = -1;       // this rank sleeps slowMs before each of its groups (receivers that come late)
+  int slowMs = 50;
   // p2ptimeout: the missing rank returns at once, raising no abort flag;
   // the other's waits end at timeoutMs with the error of its op number
   // timeoutOp (a Send to the missing rank, or a Recv from it).
@@ -215,18 +216,20 @@ void eager_scenarios(std::vector<Scenario>& v, Rng& rng) {
   }
   {
     // Eager Sends queued past the ring and the mailbox: rank 0 Sends 40
-    // ops of about a third of the limit to rank 1, which comes late and
+    // ops of about a third of the limit (then 40 small ones) to rank 1, which comes late and
     // Sends 3 of its own first; rank 0's Sends wait for credits, and the
     // ring positions start just short of wrapping their u32.
     Scenario s = base("p2peagerqueue", "p2peager", 2, 4, 2, 16, 8192);
     s.split = true;
     s.slowRank = 1;
+    s.slowMs = 400;  // longer than rank 0's 40 launches take
     s.ringBase = 0u - 3u * 65536u - 4096u;
     const uint64_t lim = eager_limit(s.channels, s.slotBytes);
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 3; round++) {
+      // Rounds 0 and 1 fill the rings, round 2 (small Sends) the mailboxes.
       Group g{{}, rng.next()};
       for (int k = 0; k < 40; k++) {
-        const uint64_t c = lim / 3 + (uint64_t)rng.below(4096) - 2048;
+        const uint64_t c = round == 2 ? 1 + (uint64_t)rng.below(300) : lim / 3 + (uint64_t)rng.below(4096) - 2048;
         g.t.push_back({0, 1, 1, c, c, rng.below(2)});
         if (k < 3) g.t.push_back({1, 0, 2, lim / 16, lim / 16, 0});  // 3 parts of lim / 8 fit the rings
       }
@@ -684,7 +687,7 @@ int run_rank(const Comm& c, const Scenario& s, int me, const EmuOptions& o) {
   const Transfer* owed = nullptr;
   for (size_t gi = 0; gi < s.groups.size(); gi++) {
     const Group& g = s.groups[gi];
-    if (me == s.slowRank) usleep(50 * 1000);
+    if (me == s.slowRank) usleep(s.slowMs * 1000);
     std::vector<Place> pl;
     layout(g, s.nranks, pl);
     char* d = c.data[me];
