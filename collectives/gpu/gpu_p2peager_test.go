@@ -187,3 +187,40 @@ func TestGPUP2PTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUP2PEagerMismatch: an eager Send whose Recv has another count
+// completes; the receiver reports both counts at once, and the sender
+// reports them as its Send's from its next launch that waits on the
+// receiver (here a Recv from it, which it never sends).
+func TestGPUP2PEagerMismatch(t *testing.T) {
+	r := newRigOn(t, 2, 1<<20, func(int) int { return 0 })
+	one := func(rank int, op collectives.P2P) {
+		op.Type, op.Stream = collectives.Uint8, uintptr(r.streams[rank])
+		require.NoError(t, r.bes[rank].RunGroup(context.Background(), &collectives.Group{P2P: []collectives.P2P{op}}), "rank %d", rank)
+	}
+	wait := func(rank int) {
+		done := make(chan error, 1)
+		go func() { done <- r.drv.StreamSynchronize(r.bes[rank].ctx, r.streams[rank]) }()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			r.bes[rank].Abort(errors.New("test: the stream did not finish"))
+			<-done
+			t.Fatalf("rank %d's stream did not finish", rank)
+		}
+	}
+	one(0, collectives.P2P{Kind: collectives.SendOp, Peer: 1, Buf: uintptr(r.send[0]), Count: 1000})
+	wait(0)
+	require.NoError(t, r.bes[0].kernelError(), "the eager Send completed")
+	one(1, collectives.P2P{Kind: collectives.RecvOp, Peer: 0, Buf: uintptr(r.recv[1]), Count: 1004})
+	wait(1)
+	err := r.bes[1].kernelError()
+	require.ErrorIs(t, err, collectives.ErrInvalidCount)
+	require.ErrorContains(t, err, "rank 1's Recv from rank 0 has 1004 bytes, rank 0's matching Send to rank 1 has 1000")
+	one(0, collectives.P2P{Kind: collectives.RecvOp, Peer: 1, Buf: uintptr(r.recv[0]), Count: 10})
+	wait(0)
+	err = r.bes[0].kernelError()
+	require.ErrorIs(t, err, collectives.ErrInvalidCount)
+	require.ErrorContains(t, err, "rank 0's Send to rank 1 has 1000 bytes, rank 1's matching Recv from rank 0 has 1004")
+}
