@@ -60,7 +60,10 @@ constexpr u64 kSeqOffset = 18 << 10;  // [2][kMaxRanks] u32
 // of the signal area), and every error raises the abort flag.
 constexpr u64 kErrOffset = 32;
 constexpr u64 kErrClaimOffset = 48 << 10;
-enum ErrCode : u32 { kErrSendBytes = 0, kErrRecvBytes = 1, kErrCall = 2 };
+// kErrSendTimeout, kErrRecvTimeout: a point-to-point wait on the peer
+// outlasted the timeout (p2p.cu): this rank's value is the op's number
+// (the k-th Send to, or Recv from, the peer), the peer's the ns waited.
+enum ErrCode : u32 { kErrSendBytes = 0, kErrRecvBytes = 1, kErrCall = 2, kErrSendTimeout = 3, kErrRecvTimeout = 4 };
 
 // Params is the single kernel parameter, passed by value. Keep it in sync
 // with collectives/gpu/params.go (offsets are checked by its tests).

@@ -72,6 +72,8 @@ var emuScenarios = []struct {
 	{"p2pmismatch", true},
 	{"p2pzc", true},
 	{"p2pzcmismatch", true},
+	{"p2peager", true},
+	{"p2ptimeout", true},
 	{"callskip", true},
 	{"fused2", true},
 	{"fused3", false},
@@ -217,6 +219,14 @@ func TestKernelsOnCPU(t *testing.T) {
 			args: []string{"-run", "p2pzc", "-inject", "p2pzcnomap"},
 			want: []string{"FAIL p2pzc group 0 rank 1: last Recv from 0 (3000 x 4 bytes, registration 1) took staging, want zero copy",
 				"FAIL p2pzc: 55 transfers", "FAIL p2pzconly group 0 rank 1: staging byte ", "written on a zero-copy group"},
+		},
+		{
+			// Every Send a rendezvous: two ranks that each Send to the
+			// other before they Recv, one op a launch, wait forever.
+			name: "Send-then-Recv outside a group deadlocks without eager Sends",
+			args: []string{"-run", "p2peager", "-inject", "p2pnoeager", "-timeout", "2"},
+			want: []string{"EMU-FATAL p2peager2 group 0 launch 0 rank 0", "timed out", "FAIL p2peager2",
+				"EMU-FATAL p2peager3 group 0 launch 0", "FAIL p2peagerqueue"},
 		},
 	}
 	for _, c := range negative {

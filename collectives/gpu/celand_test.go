@@ -226,10 +226,10 @@ func TestCELandingLayout(t *testing.T) {
 			bes, _, _ := newFakeBackends(t, n, Config{})
 			be := bes[0]
 			ws := be.workspace
-			require.Equal(t, uint64(signalSize)+2*uint64(n)*uint64(be.tune.grid)*uint64(be.tune.slot)+llBytes(n)+landBytes(n, 1<<20), ws.Size)
+			require.Equal(t, uint64(signalSize)+2*uint64(n)*uint64(be.tune.grid)*uint64(be.tune.slot)+llBytes(n)+landBytes(n, 1<<20)+eagerBytes(n), ws.Size)
 			for owner := range n {
 				seen := map[uintptr]bool{}
-				lo := ws.Peers[owner] + uintptr(ws.Size-landBytes(n, 1<<20))
+				lo := ws.Peers[owner] + uintptr(ws.Size-landBytes(n, 1<<20)-eagerBytes(n))
 				for src := range n {
 					if src == owner {
 						continue
@@ -239,7 +239,7 @@ func TestCELandingLayout(t *testing.T) {
 						assert.False(t, seen[at], "owner %d src %d half %d shares a slot", owner, src, h)
 						seen[at] = true
 						assert.GreaterOrEqual(t, at, lo)
-						assert.LessOrEqual(t, at+1<<20, ws.Peers[owner]+uintptr(ws.Size))
+						assert.LessOrEqual(t, at+1<<20, ws.Peers[owner]+uintptr(ws.Size-eagerBytes(n)))
 					}
 				}
 				assert.Len(t, seen, 2*(n-1))

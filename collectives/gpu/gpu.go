@@ -36,6 +36,12 @@ type Config struct {
 	// Logger receives the backend's messages (nil: slog's default), so
 	// that GOCCL_DEBUG governs them as it does the rest of goccl's.
 	Logger *slog.Logger
+	// Timeout bounds a point-to-point kernel's every wait for a peer
+	// (GOCCL_TIMEOUT; 0: none, a wait lasts until the peer comes or the
+	// communicator is aborted): a wait past it fails the rank with an
+	// error wrapping collectives.ErrTimeout that names the peer and the
+	// op. It is counted in whole milliseconds (rounded up).
+	Timeout time.Duration
 	// Nodes holds every rank's node key (nil: all on one node). When they
 	// name several nodes, goccl's transports run among the ranks of each
 	// node and NCCL, loaded at run time, between nodes (multinode.go).
@@ -91,8 +97,10 @@ type Backend struct {
 	// last is how the last call went (LastPath); transport the mapper's name.
 	last      collectives.Path
 	transport string
-	fuse      fuseState     // group fusion (fuse.go)
-	a2a       cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
+	fuse      fuseState // group fusion (fuse.go)
+	// p2pTimeout bounds the point-to-point kernels' waits (Config.Timeout).
+	p2pTimeout time.Duration
+	a2a        cuda.Function // the one-shot AllToAll (alltoall.go); 0: not in the fatbin
 }
 
 var _ collectives.Backend = (*Backend)(nil)
@@ -123,6 +131,9 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if nranks < 1 || nranks > maxRanks {
 		return nil, fmt.Errorf("gpu backend: %d ranks, the kernels support 1 to %d: %w", nranks, maxRanks, collectives.ErrInvalidArgument)
 	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("gpu backend: timeout %v is negative: %w", cfg.Timeout, collectives.ErrInvalidArgument)
+	}
 	algo := cfg.Algo
 	if algo == "" {
 		algo = os.Getenv("GOCCL_ALGO")
@@ -141,7 +152,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		log = slog.Default()
 	}
 	be := &Backend{drv: drv, rank: b.Rank(), nranks: nranks, boot: b, log: log, tune: tune, forced: forced,
-		prm: new(params), abortDrain: abortDrain}
+		prm: new(params), abortDrain: abortDrain, p2pTimeout: cfg.Timeout}
 	defer func() {
 		if err != nil {
 			be.release(context.WithoutCancel(ctx))
@@ -167,14 +178,16 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 
 	// Workspace: signal slots, then two staging halves of nranks*grid
-	// slots each, the LL kernel's lines and the copy engines' landing
-	// area, mapped by every peer.
+	// slots each, the LL kernel's lines, the copy engines' landing area
+	// and the point-to-point eager area (p2p.go), mapped by every peer.
 	slot := uint64(tune.slot)
 	llOffset := 2 * uint64(nranks) * uint64(tune.grid) * slot
 	staging := llOffset + llBytes(nranks)
 	landing := landBytes(nranks, tune.ceLand)
-	if be.workspace, err = be.mapper.Alloc(ctx, signalSize+staging+landing); err != nil {
-		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", signalSize+staging+landing, err)
+	be.p2p.eagerAt = staging + landing
+	wsBytes := signalSize + staging + landing + eagerBytes(nranks)
+	if be.workspace, err = be.mapper.Alloc(ctx, wsBytes); err != nil {
+		return nil, fmt.Errorf("gpu backend: workspace of %d bytes: %w", wsBytes, err)
 	}
 	ws := be.workspace
 	if len(ws.Peers) != nranks {
@@ -192,7 +205,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage,
 		layout{blockSlots: uint32(tune.grid), shareBytes: uint32(tune.share), slotBytes: slot, llOffset: llOffset})
-	be.initP2P()
+	be.initP2P(be.p2p.eagerAt)
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
 		return nil, err
@@ -234,6 +247,14 @@ func (be *Backend) setupLocal(image []byte) error {
 	// signal: zero, wait, then a bootstrap barrier.
 	if err := drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ws.Local), 0, signalSize/4, 0); err != nil {
 		return fmt.Errorf("gpu backend: clear signals: %w", err)
+	}
+	// The eager mailboxes too: a receiver takes an entry whose op number
+	// reaches its op's as published.
+	if n := eagerBytes(be.nranks); n > 0 {
+		at := cuda.DevicePtr(ws.Local + signalSize + uintptr(be.p2p.eagerAt))
+		if err := drv.MemsetD8Async(be.ctx, at, 0, n, 0); err != nil {
+			return fmt.Errorf("gpu backend: clear the eager area: %w", err)
+		}
 	}
 	if err := drv.CtxSynchronize(be.ctx); err != nil {
 		return fmt.Errorf("gpu backend: clear signals: %w", err)

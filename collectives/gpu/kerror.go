@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
@@ -27,6 +28,11 @@ const (
 	errSendBytes = 0 // a Send's byte count differs from its Recv's
 	errRecvBytes = 1 // a Recv's from its Send's
 	errCall      = 2 // ranks met in calls of different numbers
+	// A point-to-point wait on the peer outlasted Config.Timeout: this
+	// rank's value is the op's number (its k-th Send to, or Recv from, the
+	// peer on the communicator), the peer's the nanoseconds waited.
+	errSendTimeout = 3
+	errRecvTimeout = 4
 )
 
 // The signal area's users do not overlap: barrier epochs, call numbers,
@@ -66,6 +72,15 @@ func (be *Backend) kernelError() error {
 		err = &collectives.PeerError{Rank: peer, Cause: fmt.Errorf(
 			"gpu backend: rank %d's Recv from rank %d has %d bytes, rank %d's matching Send to rank %d has %d: %w",
 			be.rank, peer, mine, peer, be.rank, theirs, collectives.ErrInvalidCount)}
+	case errSendTimeout, errRecvTimeout:
+		what, dir := "Send", "to"
+		if w>>1&0x7f == errRecvTimeout {
+			what, dir = "Recv", "from"
+		}
+		err = &collectives.PeerError{Rank: peer, Cause: fmt.Errorf(
+			"gpu backend: rank %d's %s %s rank %d (its %s number %d %s it) waited %v for rank %d, past the timeout of %v: %w",
+			be.rank, what, dir, peer, what, mine, dir, time.Duration(theirs).Round(time.Millisecond), peer, be.p2pTimeout,
+			collectives.ErrTimeout)}
 	case errCall:
 		err = fmt.Errorf("gpu backend: rank %d's call %d met rank %d in its call %d (a rank skipped or added a call, or made one of count 0 that the other did not): %w",
 			be.rank, mine, peer, theirs, collectives.ErrCallMismatch)

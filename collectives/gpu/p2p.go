@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/cuda"
@@ -30,13 +31,18 @@ const (
 	offP2PNLanes   = paramSize     // 288
 	offP2PChannels = paramSize + 4 // 292
 	offP2PZCTable  = paramSize + 8 // 296: the zero-copy table (p2pzc.go)
-	offP2PStamp    = 216           // Params.reserved[4]: p2pStamp* flags
+	offP2PStamp    = 216           // Params.reserved[4]: p2pStamp* flags and p2pEagerOff
+	offP2PEager    = 224           // Params.reserved[5]: the eager area's offset in every rank's staging
 	offP2PLanes    = paramSize + 16
 	offP2POps      = offP2PLanes + 8*p2pMaxLanes // 432
 	p2pParamSize   = offP2POps + 24*p2pMaxOps    // 3504
 
 	p2pOffset      = 40 << 10 // kP2POffset: records in the signal area
 	p2pRecordBytes = 64
+	p2pRecRPath    = 52 // kRecRPath: the path a rank's last Recv from the peer took
+	p2pPathStaging = 0  // P2PPath
+	p2pPathZC      = 1
+	p2pPathEager   = 2
 
 	laneSend = 0
 	laneRecv = 1
@@ -48,12 +54,86 @@ const (
 	p2pStampClaim = 1
 	p2pStampStart = 2
 	p2pStampEnd   = 4
+	// p2pEagerOff (the same word): every Send is a rendezvous
+	// (GOCCL_TUNE p2peager=0).
+	p2pEagerOff = 8
+	// p2pTimeoutShift: the word's high 32 bits bound every wait on a peer,
+	// in milliseconds (0: none).
+	p2pTimeoutShift = 32
+
+	// The eager area (kernels/p2p.cu): per source but the rank itself, the
+	// mailboxes of p2pMaxChannels channels, then p2pEagerData bytes of
+	// rings shared by the lane's channels (a power of 2 each, at most its
+	// share). A channel's part of a Send that fits its ring goes there
+	// without waiting for the Recv.
+	p2pEagerQ         = 16 // mailbox entries per (source, channel): 15 eager Sends past the receiver's op
+	p2pEagerEntry     = 32
+	p2pEagerMailboxes = p2pMaxChannels * p2pEagerQ * p2pEagerEntry
+	p2pEagerData      = 256 << 10
+	p2pEagerSrcBytes  = p2pEagerMailboxes + p2pEagerData // 270336 (p2p.cu asserts it)
+	p2pMinChunk       = 2048                             // kP2PMinChunk
 )
+
+// p2pTimeoutMs is d in whole milliseconds, rounded up, at most the 32 bits
+// the kernels read (49 days); 0 stays 0 (no bound).
+func p2pTimeoutMs(d time.Duration) uint64 {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return uint64(min(max(ms, 0), 1<<32-1))
+}
+
+// eagerBytes is the size of one rank's eager area.
+func eagerBytes(nranks int) uint64 { return uint64(max(nranks-1, 0)) * p2pEagerSrcBytes }
+
+// eagerRing is a channel's eager ring on channels channels (eager_ring).
+func eagerRing(channels int) uint64 {
+	e := uint64(p2pEagerData / channels)
+	for e&(e-1) != 0 {
+		e &= e - 1
+	}
+	return e
+}
+
+// eagerLimit is the largest Send (a multiple of 16) whose part on every
+// channel fits its eager ring, with the kernel's chunking (Chunks in
+// p2p.cu) of slot-byte staging slots: 256 KiB on the default 8 channels.
+func eagerLimit(channels int, slot uint64) uint64 {
+	c := uint64(channels)
+	fits := func(b uint64) bool {
+		size := ((b+c-1)/c + 15) &^ 15
+		size = min(max(size, p2pMinChunk), slot)
+		n := (b + size - 1) / size
+		for ch := range c {
+			if n <= ch {
+				break
+			}
+			m := (n-ch-1)/c + 1
+			last := ch + (m-1)*c
+			part := (m-1)*size + min(size, b-last*size)
+			if (part+15)&^15 > eagerRing(channels) {
+				return false
+			}
+		}
+		return true
+	}
+	b := uint64(16)
+	for fits(b + 16) {
+		b += 16
+	}
+	return b
+}
 
 // The p2p records lie between the copy-engine counters and the error claim.
 var (
 	_ [p2pOffset - (ceFlagOff + ceFlagBytes + ceCountBytes)]struct{}
 	_ [errClaimOff - (p2pOffset + maxRanks*p2pMaxChannels*p2pRecordBytes)]struct{}
+)
+
+// Each rank's ring of every channel holds a smallest chunk, and the eager
+// area's size per source is the one kernels/p2p.cu asserts.
+var (
+	_ [p2pEagerData/p2pMaxChannels - p2pMinChunk]struct{}
+	_ [p2pEagerSrcBytes - 270336]struct{}
+	_ [270336 - p2pEagerSrcBytes]struct{}
 )
 
 type p2pParams [p2pParamSize]byte
@@ -62,6 +142,7 @@ type p2pParams [p2pParamSize]byte
 type p2pState struct {
 	prm      *p2pParams // own allocation, as params (cgo's pointer check)
 	channels int
+	eagerAt  uint64 // the eager area's offset in each staging (Params.reserved[5])
 	// sends[p], recvs[p]: indexes into the group's P2P of the ops to and
 	// from rank p, in group order.
 	sends, recvs [maxRanks][]int32
@@ -71,11 +152,12 @@ type p2pState struct {
 
 // initP2P copies the communicator-constant fields of prm; channels follow
 // the staging's grid (every rank has the same, agreed at New).
-func (be *Backend) initP2P() {
+func (be *Backend) initP2P(eagerAt uint64) {
 	be.p2p.prm = new(p2pParams)
 	copy(be.p2p.prm[:paramSize], be.prm[:])
 	be.p2p.channels = min(p2pChannels, be.tune.grid)
 	binary.LittleEndian.PutUint32(be.p2p.prm[offP2PChannels:], uint32(be.p2p.channels))
+	binary.LittleEndian.PutUint64(be.p2p.prm[offP2PEager:], eagerAt)
 }
 
 var _ collectives.GroupRunner = (*Backend)(nil)
@@ -144,6 +226,10 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	for L := 0; L < launches; L++ {
 		lanes := st.fill(be, g.P2P, L*p2pLaneOps)
 		flags := uint64(0)
+		if !be.tune.p2pEager {
+			flags |= p2pEagerOff
+		}
+		flags |= p2pTimeoutMs(be.p2pTimeout) << p2pTimeoutShift
 		if L == 0 {
 			flags |= p2pStampClaim
 			if len(g.Colls) == 0 {

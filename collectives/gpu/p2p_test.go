@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -39,12 +40,32 @@ func TestP2PParamsMatchKernel(t *testing.T) {
 		"u32 kZcSlots":        strconv.Itoa(zcSlots), "int kZcOffBits": strconv.Itoa(zcOffBits),
 		"u64 kP2PStampClaim": strconv.Itoa(p2pStampClaim) + ", kP2PStampStart = " + strconv.Itoa(p2pStampStart) +
 			", kP2PStampEnd = " + strconv.Itoa(p2pStampEnd),
+		"u64 kP2PEagerOff":   strconv.Itoa(p2pEagerOff),
+		"u32 kP2PEagerQ":     strconv.Itoa(p2pEagerQ),
+		"u64 kP2PEagerEntry": strconv.Itoa(p2pEagerEntry),
+		"u64 kP2PEagerData":  "256 << 10",
+		"u64 kP2PMinChunk":   strconv.Itoa(p2pMinChunk),
+		"int kRecEFreed":     "0, kRecEBad = 4, kRecEHead = 8, kRecPosted = 12",
+		"int kRecRTag":       "48, kRecRPath = " + strconv.Itoa(p2pRecRPath) + ", kRecROff = 56",
+		"P2PPath : u32 {":    "",
 	} {
+		if name == "P2PPath : u32 {" {
+			m := regexp.MustCompile(`enum P2PPath : u32 \{ kPathStaging = (\d), kPathZc = (\d), kPathEager = (\d) \};`).FindStringSubmatch(string(src))
+			require.NotNil(t, m, "p2p.cu's P2PPath")
+			assert.Equal(t, []string{strconv.Itoa(p2pPathStaging), strconv.Itoa(p2pPathZC), strconv.Itoa(p2pPathEager)}, m[1:])
+			continue
+		}
 		m := regexp.MustCompile(`constexpr ` + name + ` = ([^;]+);`).FindStringSubmatch(string(src))
 		require.NotNil(t, m, name)
 		assert.Equal(t, want, m[1], name)
 	}
 	assert.Equal(t, 40<<10, p2pOffset)
+	assert.Equal(t, 256<<10, p2pEagerData)
+	m = regexp.MustCompile(`kP2PEagerSrcBytes == (\d+),`).FindStringSubmatch(string(src))
+	require.NotNil(t, m, "p2p.cu asserts the eager area's size")
+	assert.Equal(t, strconv.Itoa(p2pEagerSrcBytes), m[1])
+	m = regexp.MustCompile(`constexpr int kMbBytes = 0, kMbPath = 8, kMbAt = 12, kMbOps = 16;`).FindStringSubmatch(string(src))
+	require.NotNil(t, m, "p2p.cu's mailbox entry")
 	assert.LessOrEqual(t, p2pChannels, p2pMaxChannels)
 	assert.LessOrEqual(t, 2*(maxRanks-1)+1, p2pMaxLanes, "every lane of 8 ranks fits one launch")
 }
@@ -71,9 +92,10 @@ func TestKernelErrorLayoutMatches(t *testing.T) {
 	assert.Equal(t, 97<<10, llSeqOff)
 	src, err := os.ReadFile("../../kernels/common.cuh")
 	require.NoError(t, err)
-	m := regexp.MustCompile(`enum ErrCode : u32 \{ kErrSendBytes = (\d), kErrRecvBytes = (\d), kErrCall = (\d) \};`).FindStringSubmatch(string(src))
+	m := regexp.MustCompile(`enum ErrCode : u32 \{ kErrSendBytes = (\d), kErrRecvBytes = (\d), kErrCall = (\d), kErrSendTimeout = (\d), kErrRecvTimeout = (\d) \};`).FindStringSubmatch(string(src))
 	require.NotNil(t, m, "common.cuh's ErrCode")
-	assert.Equal(t, []string{strconv.Itoa(errSendBytes), strconv.Itoa(errRecvBytes), strconv.Itoa(errCall)}, m[1:])
+	assert.Equal(t, []string{strconv.Itoa(errSendBytes), strconv.Itoa(errRecvBytes), strconv.Itoa(errCall),
+		strconv.Itoa(errSendTimeout), strconv.Itoa(errRecvTimeout)}, m[1:])
 }
 
 // ---- a model of goccl_p2p over the fake driver's launches ----
@@ -408,9 +430,13 @@ func TestKernelErrorsReported(t *testing.T) {
 			"rank 1's Recv from rank 0 has 400 bytes, rank 0's matching Send to rank 1 has 404"},
 		{"call numbers", 1 | errCall<<1 | 2<<8, 7, 8, collectives.ErrCallMismatch, false,
 			"rank 1's call 7 met rank 2 in its call 8"},
+		{"send timeout", 1 | errSendTimeout<<1 | 2<<8, 5, 2_500_000_000, collectives.ErrTimeout, true,
+			"rank 1's Send to rank 2 (its Send number 5 to it) waited 2.5s for rank 2, past the timeout of 2s"},
+		{"recv timeout", 1 | errRecvTimeout<<1 | 0<<8, 1, 2_000_400_000, collectives.ErrTimeout, true,
+			"rank 1's Recv from rank 0 (its Recv number 1 from it) waited 2s for rank 0, past the timeout of 2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bes, drvs, _ := newFakeBackends(t, 3, Config{})
+			bes, drvs, _ := newFakeBackends(t, 3, Config{Timeout: 2 * time.Second})
 			be := bes[1]
 			h := be.abortHost
 			*(*uint64)(unsafe.Add(h, errOff+8)) = tc.mine

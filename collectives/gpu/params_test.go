@@ -72,7 +72,7 @@ func TestLaunchShapeReachesKernels(t *testing.T) {
 			bes, drvs, _ := newFakeBackends(t, n, Config{})
 			be := bes[0]
 			assert.Equal(t, tc.slot, be.tune.slot)
-			assert.Equal(t, uint64(signalSize)+2*n*uint64(tc.grid)*uint64(tc.slot)+llBytes(n)+landBytes(n, be.tune.ceLand),
+			assert.Equal(t, uint64(signalSize)+2*n*uint64(tc.grid)*uint64(tc.slot)+llBytes(n)+landBytes(n, be.tune.ceLand)+eagerBytes(n),
 				be.workspace.Size)
 			drvs[0].launches = nil
 			args := collectives.Args{Coll: collectives.AllReduce, Send: 1 << 30, Recv: 2 << 30,

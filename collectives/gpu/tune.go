@@ -25,7 +25,8 @@ import (
 // (copy-engine reductions),
 // celand (a copy-engine Broadcast's landing slot per peer, 0 for none),
 // p2pzc (a Recv into a registered buffer of at least this many bytes
-// takes zero copy, 0 for never),
+// takes zero copy, 0 for never), p2peager (0 or 1: Sends small enough
+// complete without waiting for their Recvs, on by default),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
 // GPU has it).
@@ -89,6 +90,10 @@ type tuning struct {
 	// p2pZC: a Recv of at least this many bytes into a registered buffer
 	// offers zero copy (p2pzc.go); 0 turns it off.
 	p2pZC int64
+	// p2pEager: Sends whose parts fit the eager rings complete without
+	// waiting for their Recvs (p2p.go); p2peager=0 makes every Send a
+	// rendezvous.
+	p2pEager bool
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -158,6 +163,7 @@ func defaultTuning(nranks, maxBlocksCfg int) tuning {
 		stash:      defaultStash,
 		a2aLL:      defaultA2ALL,
 		p2pZC:      defaultP2PZC,
+		p2pEager:   true,
 	}
 	t.ceFloor[collectives.AllReduce] = defaultCEFloorAllReduce
 	t.ceFloor[collectives.ReduceScatter] = defaultCEFloorReduceScatter
@@ -204,7 +210,7 @@ func (t *tuning) parse(spec string) error {
 }
 
 func (t *tuning) set(key, val string) error {
-	flags := map[string]*bool{"cedirect": &t.ceDirect, "pdl": &t.pdl,
+	flags := map[string]*bool{"cedirect": &t.ceDirect, "pdl": &t.pdl, "p2peager": &t.p2pEager,
 		"ceinline.all_reduce": &t.ceInline[collectives.AllReduce], "ceinline.reduce_scatter": &t.ceInline[collectives.ReduceScatter]}
 	if dst, ok := flags[key]; ok {
 		if val != "0" && val != "1" {

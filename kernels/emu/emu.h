@@ -80,7 +80,7 @@ struct EmuOptions {
 
 // injections are the faults -inject takes (emu_main.cc's header says what each breaks).
 inline const std::vector<std::string>& injections() {
-  static const std::vector<std::string> v = {"corrupt", "hang", "nofreewait", "nolandwait", "earlydata", "shortchunks", "p2pcorrupt", "nostamp", "p2pzcnomap"};
+  static const std::vector<std::string> v = {"corrupt", "hang", "nofreewait", "nolandwait", "earlydata", "shortchunks", "p2pcorrupt", "nostamp", "p2pzcnomap", "p2pnoeager"};
   return v;
 }
 

@@ -58,6 +58,8 @@
 // (p2pcorrupt: of rank 1's first received buffer, p2p scenarios), p2pzcnomap
 // gives rank 0 no zero-copy table (p2pzc: its Sends take staging where the
 // path check wants zero copy and the staging must stay untouched),
+// p2pnoeager makes every Send a rendezvous (kP2PEagerOff: p2peager's
+// split scenarios, each rank's Sends before its Recvs, must deadlock),
 // hang makes rank 0 skip a launch, nofreewait makes rank 0's copy stream
 // reuse staging slots without waiting for the reader to free them (ce
 // scenarios; call 0 has a slow reader, so its results come out wrong),
