@@ -172,11 +172,6 @@ func (be *Backend) pceCompare(x *pceOp, got [4]uint32) error {
 	if !x.ce && !theirCE {
 		return nil // the kernels compare the byte counts themselves
 	}
-	mine, theirs, back := "Send", "Recv", "from"
-	to := "to"
-	if !x.send {
-		mine, theirs, back, to = "Recv", "Send", "to", "from"
-	}
 	what := func(ce bool, off uintptr, bytes uint64) string {
 		if ce {
 			return fmt.Sprintf("takes the copy engines at offset %#x of its registration with %d bytes", off, bytes)
@@ -186,11 +181,17 @@ func (be *Backend) pceCompare(x *pceOp, got [4]uint32) error {
 	if x.ce == theirCE && x.off == theirOff && uint32(x.bytes) == theirBytes {
 		return nil
 	}
+	// Both ranks say it alike: the Send first.
+	sender, receiver := be.rank, x.peer
+	sendSide, recvSide := what(x.ce, x.off, x.bytes), what(theirCE, theirOff, uint64(theirBytes))
+	if !x.send {
+		sender, receiver = x.peer, be.rank
+		sendSide, recvSide = recvSide, sendSide
+	}
 	return &collectives.PeerError{Rank: x.peer, Cause: fmt.Errorf(
-		"gpu backend: GOCCL_CHECK: rank %d's %s %d %s rank %d %s, rank %d's matching %s %s rank %d %s: "+
+		"gpu backend: GOCCL_CHECK: rank %d's Send %d to rank %d %s, rank %d's matching Recv from rank %d %s: "+
 			"on the copy-engine path (GOCCL_TUNE p2pce) a Send's buffer and its Recv's lie at the same offset of one registration, with the same count: %w",
-		be.rank, mine, x.n, to, x.peer, what(x.ce, x.off, x.bytes),
-		x.peer, theirs, back, be.rank, what(theirCE, theirOff, uint64(theirBytes)), ErrNotSymmetric)}
+		sender, x.n, receiver, sendSide, receiver, sender, recvSide, ErrNotSymmetric)}
 }
 
 // releaseP2PCE frees the check's read-back (release: the device is done).
