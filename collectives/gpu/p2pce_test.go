@@ -506,3 +506,34 @@ func TestP2PCEModelNeedsReadies(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "deadlock")
 }
+
+func TestP2PCERunGroupAllocatesNothing(t *testing.T) {
+	pceAt1MiB(t)
+	const n, bytes = 4, 1 << 20
+	bes, drvs, _ := newFakeBackends(t, n, Config{})
+	allocAll(t, bes, n*bytes)
+	for i := 0; i < 8; i++ { // registrations around the one used
+		allocAll(t, bes, 4096)
+	}
+	be := bes[1]
+	drvs[1].quiet = true
+	drvs[1].capturing = map[cuda.Stream]bool{}
+	g := &collectives.Group{}
+	for _, p := range rotated(1, n) {
+		g.P2P = append(g.P2P,
+			send(p, slotOf(regBase0, 1, 1, bytes), bytes, collectives.Int8),
+			recv(p, slotOf(regBase0, 1, p, bytes), bytes, collectives.Int8),
+			send(p, rankAddr(sendBase, 1), 64, collectives.Float32), // kernels
+			recv(p, rankAddr(sendBase, 1)+4096, 64, collectives.Float32))
+	}
+	ctx := context.Background()
+	require.NoError(t, be.RunGroup(ctx, g))
+	before := be.ce.p2p.sendK[2].Load()
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := be.RunGroup(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs)
+	assert.Equal(t, uint32(51), be.ce.p2p.sendK[2].Load()-before, "every run on the copy engines")
+}
