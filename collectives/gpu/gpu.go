@@ -201,6 +201,9 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
 		return nil, err
 	}
+	if err = be.agreeP2PCE(ctx); err != nil {
+		return nil, err
+	}
 	// Before the init barrier: the NVLS flags are zeroed on every rank
 	// before any rank can launch.
 	if err = be.setupNVLS(ctx); err != nil {

@@ -113,6 +113,32 @@ type pceOp struct {
 	buf   uintptr
 }
 
+// agreeP2PCE fails New on every rank when the path is on and the ranks
+// disagree on GOCCL_CHECK: a checking rank would wait for offers its
+// peers never make. The tuning is agreed already, so every rank or none
+// exchanges here.
+func (be *Backend) agreeP2PCE(ctx context.Context) error {
+	pc := &be.ce.p2p
+	if !pc.on {
+		return nil
+	}
+	mine := byte(0)
+	if pc.check {
+		mine = 1
+	}
+	all, err := be.boot.AllGather(ctx, []byte{mine})
+	if err != nil {
+		return fmt.Errorf("gpu backend: agree on GOCCL_CHECK: %w", err)
+	}
+	for r, m := range all {
+		if len(m) != 1 || m[0] != mine {
+			return fmt.Errorf("gpu backend: GOCCL_TUNE p2pce is on and rank %d runs with GOCCL_CHECK=%d, rank %d with another: every rank must check alike: %w",
+				be.rank, mine, r, collectives.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
 // pceArea is rank r's area as mapped here (r == be.rank: our own).
 func (be *Backend) pceArea(r int) uintptr {
 	if r == be.rank {

@@ -537,3 +537,102 @@ func TestP2PCERunGroupAllocatesNothing(t *testing.T) {
 	assert.Zero(t, allocs)
 	assert.Equal(t, uint32(51), be.ce.p2p.sendK[2].Load()-before, "every run on the copy engines")
 }
+
+// Every rank sends every peer a run of ops alternating above and below the
+// threshold, in one group whose order each rank shuffles (keeping each
+// peer's and direction's own order, as NCCL's rule asks): the copy-engine
+// ops in the model of the streams, the kernel's in the model of goccl_p2p
+// (which pairs its lanes op by op and compares their bytes), and every
+// receive buffer must hold its Send's bytes.
+func TestP2PCEMixPairsLikeTheKernels(t *testing.T) {
+	t.Setenv(EnvTune, "p2pce=64")
+	const n, runs, slot = 3, 6, 512
+	sizes := []int{128, 32, 256, 48, 64, 63} // CE, kernel, CE, kernel, CE (at the threshold), kernel
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			bes, drvs, _ := newFakeBackends(t, n, Config{})
+			allocAll(t, bes, n*n*runs*slot)
+			forgetOps(drvs)
+			mem := newSimMem()
+			rng := rand.New(rand.NewPCG(seed, 11))
+			at := func(r, src, dst, j int) uintptr { // symmetric: the same offset on every rank
+				return rankAddr(regBase0, r) + uintptr(((src*n+dst)*runs+j)*slot)
+			}
+			type xfer struct {
+				src, dst, j int
+				from, to    uintptr
+				data        []byte
+			}
+			var xs []xfer
+			groups := make([][]collectives.P2P, n)
+			for s := range n {
+				for _, d := range rotated(s, n) {
+					for j, b := range sizes {
+						x := xfer{src: s, dst: d, j: j, data: make([]byte, b)}
+						for i := range x.data {
+							x.data[i] = byte(rng.Uint32())
+						}
+						if b >= 64 {
+							x.from, x.to = at(s, s, d, j), at(d, s, d, j)
+						} else {
+							x.from, x.to = userBuf(s, 2*len(xs)), userBuf(d, 2*len(xs)+1)
+						}
+						mem.write(x.from, x.data)
+						mem.write(x.to, bytes.Repeat([]byte{0xc3}, b+8))
+						groups[s] = append(groups[s], send(d, x.from, b, collectives.Int8))
+						groups[d] = append(groups[d], recv(s, x.to, b, collectives.Int8))
+						xs = append(xs, x)
+					}
+				}
+			}
+			for r, be := range bes {
+				ops := shuffleKeepingPairOrder(groups[r], rng)
+				require.NoError(t, be.RunGroup(context.Background(), &collectives.Group{P2P: ops}), "rank %d", r)
+			}
+			for _, d := range drvs {
+				kept := d.ops[:0]
+				for _, o := range d.ops {
+					if o.kind != "launch" {
+						kept = append(kept, o)
+					}
+				}
+				d.ops = kept
+			}
+			require.NoError(t, simulate(mem, drvs, rng))
+			p2pModel(t, mem, drvs, bes[0].p2p.channels)
+			for _, x := range xs {
+				got := make([]byte, len(x.data)+8)
+				mem.read(x.to, got)
+				want := append(append([]byte(nil), x.data...), bytes.Repeat([]byte{0xc3}, 8)...)
+				require.True(t, bytes.Equal(want, got), "op %d of %d->%d (%d bytes)", x.j, x.src, x.dst, len(x.data))
+			}
+			for r, be := range bes {
+				for _, p := range rotated(r, n) {
+					assert.Equal(t, uint32(3), be.ce.p2p.sendK[p].Load(), "rank %d to %d", r, p)
+					assert.Equal(t, uint32(3), be.ce.p2p.recvK[p].Load(), "rank %d from %d", r, p)
+				}
+			}
+		})
+	}
+}
+
+// shuffleKeepingPairOrder shuffles ops, then puts each (peer, kind)'s ops
+// back into the positions it got, in their first order.
+func shuffleKeepingPairOrder(ops []collectives.P2P, rng *rand.Rand) []collectives.P2P {
+	type key struct {
+		peer int
+		kind collectives.P2PKind
+	}
+	byKey := map[key][]collectives.P2P{}
+	for _, o := range ops {
+		k := key{o.Peer, o.Kind}
+		byKey[k] = append(byKey[k], o)
+	}
+	out := append([]collectives.P2P(nil), ops...)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	for i, o := range out {
+		k := key{o.Peer, o.Kind}
+		out[i], byKey[k] = byKey[k][0], byKey[k][1:]
+	}
+	return out
+}

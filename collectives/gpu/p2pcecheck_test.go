@@ -259,3 +259,36 @@ func TestP2PCECheckWaitEnds(t *testing.T) {
 		require.ErrorIs(t, err, collectives.ErrAborted, "the peer may wait for this rank: the communicator stops")
 	})
 }
+
+func TestP2PCECheckMustBeAlike(t *testing.T) {
+	for _, c := range []struct {
+		tune    string
+		refused bool
+	}{{"p2pce=1M", true}, {"", false}} {
+		t.Run(fmt.Sprintf("%q", c.tune), func(t *testing.T) {
+			t.Setenv(EnvTune, c.tune)
+			g := transporttest.NewGroup(2)
+			errs := make([]error, 2)
+			_ = g.Run(func(rank int, b transport.Bootstrap) error {
+				mk := func(_ context.Context, _ string, _ cuda.Driver, b transport.Bootstrap, _ cuda.Device, _ cuda.Context) (transport.Mapper, error) {
+					return &fakeMapper{b: b}, nil
+				}
+				be, err := newBackend(context.Background(), newFakeDriver(), b, Config{Device: rank, Check: rank == 1}, []byte("fatbin"), mk)
+				if err == nil {
+					errs[rank] = be.Close()
+					return nil
+				}
+				errs[rank] = err
+				return nil
+			})
+			for r, err := range errs {
+				if !c.refused {
+					require.NoError(t, err, "rank %d: the copy-engine point-to-point path is off, the check exchanges nothing", r)
+					continue
+				}
+				require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
+				assert.Contains(t, err.Error(), "GOCCL_CHECK", "rank %d", r)
+			}
+		})
+	}
+}
