@@ -61,6 +61,17 @@ func (r *pceRig) slotAt(which, rank, i int) cuda.DevicePtr {
 // It returns the copy-engine ops the round took on rank 0.
 func (r *pceRig) ceRound(t *testing.T, rng *rand.Rand, which int, b int, group func(rank int) collectives.Group, from func(rank int) []int, what string) uint32 {
 	t.Helper()
+	return r.ceRoundRun(t, rng, which, b, func() {
+		for rank, be := range r.bes {
+			g := group(rank)
+			require.NoError(t, be.RunGroup(context.Background(), &g), "%s: rank %d", what, rank)
+		}
+	}, from, what)
+}
+
+// ceRoundRun is ceRound with run enqueueing the exchange.
+func (r *pceRig) ceRoundRun(t *testing.T, rng *rand.Rand, which int, b int, run func(), from func(rank int) []int, what string) uint32 {
+	t.Helper()
 	n := len(r.bes)
 	size := int(uint64(n)*r.slot) + guard
 	ins := make([][]byte, n)
@@ -75,10 +86,7 @@ func (r *pceRig) ceRound(t *testing.T, rng *rand.Rand, which int, b int, group f
 	}
 	pc := &r.bes[0].ce.p2p
 	before := pc.sendK[1].Load() + pc.recvK[n-1].Load()
-	for rank, be := range r.bes {
-		g := group(rank)
-		require.NoError(t, be.RunGroup(context.Background(), &g), "%s: rank %d", what, rank)
-	}
+	run()
 	r.sync(t)
 	for rank := range r.bes {
 		want := bytes.Repeat([]byte{0xA5}, size)
@@ -282,4 +290,32 @@ func TestGPUP2PCopyEngineTime(t *testing.T) {
 	kernel := run()
 	t.Logf("64 MiB ring, 2 ranks on one GPU: copy engines %v per exchange (%.1f GB/s per rank), kernels %v (%.1f GB/s)",
 		ce, float64(b)/ce.Seconds()/1e9, kernel, float64(b)/kernel.Seconds()/1e9)
+}
+
+// TestGPUP2PCopyEngineGraphFallsBack captures a ring that would take the
+// copy engines and replays it with new inputs: captured, it runs on the
+// kernels (whose pair counters live on the device) and takes no number.
+func TestGPUP2PCopyEngineGraphFallsBack(t *testing.T) {
+	t.Setenv(EnvTune, "p2pce=1M")
+	const n, count = 2, 1<<20 + 16
+	r := newPCERig(t, n, 2<<20, func(int) Config { return Config{Device: 0, Transport: "uva"} })
+	ring := ceRingGroup(r, 0, count, collectives.Uint8)
+	for rank, be := range r.bes {
+		require.NoError(t, r.drv.StreamBeginCapture(be.ctx, r.streams[rank], cuda.CaptureRelaxed))
+	}
+	for rank, be := range r.bes {
+		g := ring(rank)
+		require.NoError(t, be.RunGroup(context.Background(), &g))
+	}
+	execs := make([]cuda.GraphExec, n)
+	for rank := range r.bes {
+		execs[rank] = r.endCapture(t, rank)
+	}
+	require.Zero(t, r.bes[0].ce.p2p.sendK[1].Load(), "the captured group took no copy-engine number")
+	rng := rand.New(rand.NewPCG(47, 48))
+	for it := range 5 {
+		took := r.ceRoundRun(t, rng, 0, count, func() { r.launchGraphs(t, execs) },
+			func(rank int) []int { return []int{(rank + n - 1) % n} }, fmt.Sprintf("replay %d", it))
+		require.Zero(t, took)
+	}
 }
