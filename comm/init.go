@@ -323,7 +323,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		}
 	}
 	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log,
-		Recorder: set.rec.size}
+		Recorder: set.rec.size, Check: set.check}
 	if set.timeoutSet {
 		cfg.Timeout = set.timeout
 	}
@@ -392,7 +392,7 @@ func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfi
 		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger, Nodes: cfg.Nodes,
-			Stamps: cfg.Recorder, Timeout: cfg.Timeout})
+			Stamps: cfg.Recorder, Timeout: cfg.Timeout, Check: cfg.Check})
 	}
 	return nil, fmt.Errorf("%w: backend %q", collectives.ErrInvalidArgument, cfg.Name)
 }

@@ -94,6 +94,9 @@ type BackendConfig struct {
 	// Recorder is the flight recorder's ring size (0: off); the GPU
 	// backend gives its kernels a timestamp table of that many calls.
 	Recorder int
+	// Check: GOCCL_CHECK (Options.Check) is on; the GPU backend verifies
+	// its copy-engine point-to-point contract per call with it.
+	Check bool
 }
 
 // BackendFactory builds one rank's backend; it is collective.

@@ -124,6 +124,8 @@ type copyEngine struct {
 	redJoin [numRedStreams]cuda.Event
 	pushed  cuda.Event
 	reduced cuda.Event
+
+	p2p pceState // copy-engine point-to-point (p2pce.go)
 }
 
 // The copy-engine reductions' streams, by role.
@@ -150,6 +152,7 @@ func (be *Backend) setupCE(ctx context.Context, local uintptr, peers []uintptr, 
 	}
 	ce.stageBytes = stageBytes
 	ce.landBytes, ce.halves = land, 2
+	ce.p2p.on = be.tune.p2pCE > 0
 	probe := be.probeCE()
 	ok := byte(1)
 	if probe != nil {
@@ -447,7 +450,7 @@ func (ce *copyEngine) streams() []*cuda.Stream {
 	for k := range ce.red {
 		s = append(s, &ce.red[k])
 	}
-	return s
+	return ce.pceStreams(s)
 }
 
 func (ce *copyEngine) events() []*cuda.Event {
@@ -455,7 +458,7 @@ func (ce *copyEngine) events() []*cuda.Event {
 	for k := range ce.redJoin {
 		e = append(e, &ce.redJoin[k])
 	}
-	return e
+	return ce.pceEvents(e)
 }
 
 // rescueCE is Abort's best effort for copy-engine waits: it overwrites
@@ -464,6 +467,7 @@ func (be *Backend) rescueCE() {
 	ce := &be.ce
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
+	be.rescueP2PCE()
 	seq := ce.issued.Load()
 	if ce.rescue == 0 || seq == 0 {
 		return
@@ -487,7 +491,7 @@ func (be *Backend) releaseCE() []error {
 	ce := &be.ce
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
-	var errs []error
+	errs := be.releaseP2PCE()
 	for _, s := range ce.streams() {
 		if *s != 0 {
 			if err := be.drv.StreamDestroy(be.ctx, *s); err != nil {

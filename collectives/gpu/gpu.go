@@ -46,6 +46,9 @@ type Config struct {
 	// name several nodes, goccl's transports run among the ranks of each
 	// node and NCCL, loaded at run time, between nodes (multinode.go).
 	Nodes []string
+	// Check: GOCCL_CHECK is on; the copy-engine point-to-point path then
+	// verifies its contract per call (p2pcecheck.go).
+	Check bool
 }
 
 // Backend runs collectives as goccl kernels on one device. Run is meant to
@@ -206,8 +209,12 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	be.prm.setStatic(be.rank, nranks, uintptr(be.abortDev), ws.Local, peerSig, peerStage,
 		layout{blockSlots: uint32(tune.grid), shareBytes: uint32(tune.share), slotBytes: slot, llOffset: llOffset})
 	be.initP2P(be.p2p.eagerAt)
+	be.ce.p2p.check = cfg.Check
 
 	if err = be.setupCE(ctx, ws.Local, ws.Peers, llOffset, signalSize+staging, uint64(tune.ceLand)); err != nil {
+		return nil, err
+	}
+	if err = be.agreeP2PCE(ctx); err != nil {
 		return nil, err
 	}
 	// Before the init barrier: the NVLS flags are zeroed on every rank

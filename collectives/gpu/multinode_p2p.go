@@ -41,6 +41,9 @@ func (m *multi) RunGroup(ctx context.Context, g *collectives.Group) error {
 	}
 	lg := &m.lg
 	lg.Reset()
+	// The node's backend takes fast paths by kind, and only an
+	// application's own group may take the copy engines (p2pce.go).
+	lg.Kind = g.Kind
 	remote := false
 	for _, o := range g.P2P {
 		if m.nodeOf[o.Peer] == m.node {

@@ -210,6 +210,10 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 	if err := be.joinStreams(main, true); err != nil {
 		return err
 	}
+	// The copy-engine ops leave the lanes and go first (p2pce.go).
+	if err := be.runP2PCE(ctx, g, main); err != nil {
+		return err
+	}
 	// The launches' timestamps go to the slot of the group's last
 	// numbered call (a plain group of Sends and Recvs has none), after
 	// its collectives' kernels stored theirs: the group runs from its

@@ -27,6 +27,8 @@ import (
 // p2pzc (a Recv into a registered buffer of at least this many bytes
 // takes zero copy, 0 for never), p2peager (0 or 1: Sends small enough
 // complete without waiting for their Recvs, on by default),
+// p2pce (a Send from and a Recv into a registered buffer of at least this
+// many bytes take the copy engines, 0 for never, the default: p2pce.go),
 // ll.<coll>, ce.<coll> (coll as nccl-tests spells it), and pdl (0 or 1:
 // programmatic dependent launch of the kernels, on by default where the
 // GPU has it).
@@ -94,6 +96,9 @@ type tuning struct {
 	// waiting for their Recvs (p2p.go); p2peager=0 makes every Send a
 	// rendezvous.
 	p2pEager bool
+	// p2pCE: a Send or Recv of at least this many bytes on a registered
+	// buffer takes the copy engines (p2pce.go); 0, the default, turns it off.
+	p2pCE int64
 }
 
 // Defaults measured on 2x H200 (docs/perf.md).
@@ -262,6 +267,8 @@ func (t *tuning) set(key, val string) error {
 		t.a2aLL = v
 	case "p2pzc":
 		t.p2pZC = v
+	case "p2pce":
+		t.p2pCE = v
 	default:
 		// Only the collectives that have the algorithm take its threshold.
 		kind, name, _ := strings.Cut(key, ".")
@@ -292,6 +299,8 @@ func (t *tuning) check() error {
 		return fmt.Errorf("%s: celand %d: want a multiple of 16 up to 64M (0: off): %w", EnvTune, t.ceLand, collectives.ErrInvalidArgument)
 	case t.ceFloor[collectives.AllReduce] < 16 || t.ceFloor[collectives.ReduceScatter] < 16:
 		return fmt.Errorf("%s: cefloor: want at least 16 bytes: %w", EnvTune, collectives.ErrInvalidArgument)
+	case t.p2pCE < 0:
+		return fmt.Errorf("%s: p2pce %d: want 0 (off) or more bytes: %w", EnvTune, t.p2pCE, collectives.ErrInvalidArgument)
 	case t.p2pZC < 0:
 		return fmt.Errorf("%s: p2pzc %d: want 0 (off) or more bytes: %w", EnvTune, t.p2pZC, collectives.ErrInvalidArgument)
 	case t.stash < 0:

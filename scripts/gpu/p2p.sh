@@ -59,7 +59,7 @@ step() {
 
 if [ $KERNELS = 1 ]; then
   export PATH=$PATH:/usr/local/cuda/bin
-  step "make kernels" 300 make kernels
+  step "make kernels" 560 make kernels
   if [ $bad != 0 ]; then
     cat "$LOGS"/make_kernels*.log
     exit 1

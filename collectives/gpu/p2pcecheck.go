@@ -1,0 +1,209 @@
+package gpu
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
+)
+
+// GOCCL_CHECK on the copy-engine point-to-point path (p2pce.go): before
+// anything of a group moves, every Send and Recv of the application's
+// groups with another rank offers what it is (its path, its offset in its
+// registration, its bytes) into the peer's area, and each side reads the
+// offer of the op it pairs with and compares: ranks that would take
+// different paths, or copy to another offset or count than the receiver
+// expects, fail at once, both naming both, instead of one waiting for
+// data the copy engines wrote elsewhere.
+//
+// The offers go on the group's stream before its readies; the reads on a
+// stream of their own (a wait for the offer's number, a copy to pinned
+// host memory), and the host waits for them before it enqueues the rest.
+// So the check holds this rank's host until every peer's stream reached
+// the matching ops, as GOCCL_CHECK's exchange does for the collectives.
+// Offers sit in a ring of pceRing per peer and direction indexed by the
+// number: a peer's next group cannot overwrite one before it is read
+// (its ops complete only once we enqueued ours, after the check), but a
+// group with more ops than the ring to one peer in one direction
+// overwrites its own first offers; those ops go unverified.
+
+// pceOffer is an offer's four words: n, ce | off>>32<<1, off, bytes.
+func pceOffer(x *pceOp) [4]uint32 {
+	var ce uint32
+	off := uint64(0)
+	if x.ce {
+		ce, off = 1, uint64(x.off)
+	}
+	return [4]uint32{x.n, ce | uint32(off>>32)<<1, uint32(off), uint32(x.bytes)}
+}
+
+// pceSlot is where, in rank owner's area, the offer of peer's op number n
+// lies (tx: of a Send, else of a Recv).
+func pceSlot(tx bool, peer int, n uint32) uintptr {
+	base := uintptr(pceRxOff)
+	if tx {
+		base = pceTxOff
+	}
+	return base + uintptr(peer*pceRing+int(n%pceRing))*pceOfferBytes
+}
+
+// pceCheck writes the group's offers, reads the peers' and compares them
+// (be.mu held). A mismatch aborts the communicator: its peers fail on
+// theirs.
+func (be *Backend) pceCheck(ctx context.Context, main cuda.Stream) error {
+	pc := &be.ce.p2p
+	if len(pc.ops) == 0 {
+		return nil
+	}
+	if err := be.pceOffers(main); err != nil {
+		be.Abort(fmt.Errorf("gpu backend: GOCCL_CHECK: point-to-point offers not enqueued: %w", err))
+		return be.abortErr()
+	}
+	if err := be.pceReadOffers(ctx); err != nil {
+		if be.aborted.Load() {
+			return be.abortErr()
+		}
+		be.Abort(fmt.Errorf("gpu backend: GOCCL_CHECK: point-to-point offers: %w", err))
+		return be.abortErr()
+	}
+	h := unsafe.Slice((*byte)(pc.host), pc.hostOps*pceOfferBytes)
+	for j := range pc.ops {
+		var got [4]uint32
+		for w := range got {
+			got[w] = binary.LittleEndian.Uint32(h[16*j+4*w:])
+		}
+		if err := be.pceCompare(&pc.ops[j], got); err != nil {
+			be.Abort(err)
+			return be.abortErr()
+		}
+	}
+	return nil
+}
+
+// pceOffers writes every op's offer into its peer's area, its number
+// last (each write fences the ones before it).
+func (be *Backend) pceOffers(s cuda.Stream) error {
+	pc := &be.ce.p2p
+	for j := range pc.ops {
+		x := &pc.ops[j]
+		at := be.pceArea(x.peer) + pceSlot(x.send, be.rank, x.n)
+		w := pceOffer(x)
+		for _, i := range [4]int{1, 2, 3, 0} {
+			if err := be.drv.StreamWriteValue32(be.ctx, s, cuda.DevicePtr(at+uintptr(4*i)), w[i]); err != nil {
+				return fmt.Errorf("offer to rank %d: %w", x.peer, err)
+			}
+		}
+	}
+	return nil
+}
+
+// pceReadOffers copies, once each has arrived, the offer of the op every
+// op of the group pairs with into the pinned read-back, and waits for
+// them (ctx bounds the wait; Abort's rescue releases it).
+func (be *Backend) pceReadOffers(ctx context.Context) error {
+	pc := &be.ce.p2p
+	if pc.hostOps < len(pc.ops) {
+		if err := be.pceGrowHost(len(pc.ops)); err != nil {
+			return err
+		}
+	}
+	for j := range pc.ops {
+		x := &pc.ops[j]
+		// Our Send pairs with the peer's Recv, our Recv with its Send.
+		at := be.pceArea(be.rank) + pceSlot(!x.send, x.peer, x.n)
+		if err := be.drv.StreamWaitValue32(be.ctx, pc.chk, cuda.DevicePtr(at), x.n, true); err != nil {
+			return fmt.Errorf("wait for rank %d's offer: %w", x.peer, err)
+		}
+		if err := be.drv.MemcpyDtoHAsync(be.ctx, unsafe.Add(pc.host, 16*j), cuda.DevicePtr(at), pceOfferBytes, pc.chk); err != nil {
+			return fmt.Errorf("read rank %d's offer: %w", x.peer, err)
+		}
+	}
+	pause := 10 * time.Microsecond
+	for {
+		done, err := be.drv.StreamQuery(be.ctx, pc.chk)
+		switch {
+		case err != nil:
+			return fmt.Errorf("wait for the offers: %w", err)
+		case done:
+			return nil
+		case be.aborted.Load():
+			return be.abortErr()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the peers' offers: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Millisecond)
+	}
+}
+
+// pceGrowHost makes room for n offers in the pinned read-back.
+func (be *Backend) pceGrowHost(n int) error {
+	pc := &be.ce.p2p
+	n = max(n, 2*pc.hostOps, 64)
+	h, err := be.drv.MemAllocHost(be.ctx, uint64(n*pceOfferBytes))
+	if err != nil {
+		return fmt.Errorf("offer read-back: %w", err)
+	}
+	if pc.host != nil {
+		if err := be.drv.MemFreeHost(be.ctx, pc.host); err != nil {
+			be.log.Warn("gpu backend: free the offer read-back", "rank", be.rank, "err", err)
+		}
+	}
+	pc.host, pc.hostOps = h, n
+	return nil
+}
+
+// pceCompare checks op x against the offer got of the op it pairs with.
+func (be *Backend) pceCompare(x *pceOp, got [4]uint32) error {
+	if got[0] != x.n {
+		// Overwritten by a later offer of the same group (more than the
+		// ring to one peer): unverified.
+		return nil
+	}
+	theirCE := got[1]&1 == 1
+	theirOff := uintptr(got[1]>>1)<<32 | uintptr(got[2])
+	theirBytes := got[3]
+	if !x.ce && !theirCE {
+		return nil // the kernels compare the byte counts themselves
+	}
+	what := func(ce bool, off uintptr, bytes uint64) string {
+		if ce {
+			return fmt.Sprintf("takes the copy engines at offset %#x of its registration with %d bytes", off, bytes)
+		}
+		return fmt.Sprintf("takes the kernels with %d bytes (its buffer in no registration, or under p2pce)", bytes)
+	}
+	if x.ce == theirCE && x.off == theirOff && uint32(x.bytes) == theirBytes {
+		return nil
+	}
+	// Both ranks say it alike: the Send first.
+	sender, receiver := be.rank, x.peer
+	sendSide, recvSide := what(x.ce, x.off, x.bytes), what(theirCE, theirOff, uint64(theirBytes))
+	if !x.send {
+		sender, receiver = x.peer, be.rank
+		sendSide, recvSide = recvSide, sendSide
+	}
+	return &collectives.PeerError{Rank: x.peer, Cause: fmt.Errorf(
+		"gpu backend: GOCCL_CHECK: rank %d's Send %d to rank %d %s, rank %d's matching Recv from rank %d %s: "+
+			"on the copy-engine path (GOCCL_TUNE p2pce) a Send's buffer and its Recv's lie at the same offset of one registration, with the same count: %w",
+		sender, x.n, receiver, sendSide, receiver, sender, recvSide, ErrNotSymmetric)}
+}
+
+// releaseP2PCE frees the check's read-back (release: the device is done).
+func (be *Backend) releaseP2PCE() []error {
+	pc := &be.ce.p2p
+	if pc.host == nil {
+		return nil
+	}
+	var errs []error
+	if err := be.drv.MemFreeHost(be.ctx, pc.host); err != nil {
+		errs = append(errs, fmt.Errorf("gpu backend: free the offer read-back: %w", err))
+	}
+	pc.host, pc.hostOps = nil, 0
+	return errs
+}
