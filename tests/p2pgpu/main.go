@@ -16,7 +16,8 @@
 //     new inputs;
 //   - mismatch (-mode mismatch, last, as it ends the communicator): rank 0
 //     sends 100 elements to rank 1, which expects 101: both ranks must get
-//     an error wrapping ErrInvalidCount, within the time bound;
+//     an error wrapping ErrInvalidCount, within the time bound (rank 0,
+//     whose Send is eager, from a Recv from rank 1 that it makes next);
 //   - eager (-mode eager, in a job of its own, as a rank whose Sends
 //     were not eager would hang there): outside any group every rank
 //     Sends to r+1 and then Recvs from r-1, each call on its own, at
@@ -520,6 +521,14 @@ func (r *rig) mismatch(ctx context.Context) {
 	}
 	if err == nil {
 		err = r.sp.Sync(ctx)
+	}
+	if err == nil && r.me == 0 {
+		// The Send was eager and completed: rank 0 learns of the rejection
+		// from its next launch that waits on rank 1.
+		err = r.c.Recv(ctx, buf.Ptr, 1, comm.Float32, 1, r.sp.Stream())
+		if err == nil {
+			err = r.sp.Sync(ctx)
+		}
 	}
 	if err == nil {
 		// The kernels recorded the disagreement; the next call reports it.
