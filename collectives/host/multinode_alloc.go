@@ -22,7 +22,7 @@ import (
 // need for buffers inside an allocation lives in the node's shared memory
 // too: a big part of the allocation's size and a small one of its
 // share per local rank, grown (collectively, inside Alloc) to the largest
-// allocation live, freed with the last. An Alloc there thus costs about
+// allocation made while any has lived, freed with the last. An Alloc there thus costs about
 // twice its size; the private scratch the same calls would grow otherwise
 // stays unused.
 
