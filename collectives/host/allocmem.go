@@ -38,6 +38,9 @@ const allocMemfd = "goccl-alloc"
 // alone can repeat across PID namespaces on one machine.
 var procToken = rand.Uint64() | 1
 
+// memfdCreate is unix.MemfdCreate; tests make it fail.
+var memfdCreate = unix.MemfdCreate
+
 // mapKey names one rank's memory of one Alloc, on every rank alike.
 type mapKey struct{ token, serial uint64 }
 
@@ -84,7 +87,7 @@ func (s *allocMem) Close() error {
 // pages), sealed at that size so that a peer can trust it, maps it
 // populated, and enters the mapping in the table held once.
 func createMap(size int) (int, mapKey, []byte, error) {
-	fd, err := unix.MemfdCreate(allocMemfd, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err := memfdCreate(allocMemfd, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, mapKey{}, nil, fmt.Errorf("memfd_create: %w", err)
 	}

@@ -2,13 +2,17 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/goccl/goccl/collectives"
 )
@@ -137,4 +141,57 @@ func countOpenFDs(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	require.NoError(t, err)
 	return len(ents)
+}
+
+// TestAllocCreateFails: a rank whose memfd cannot be made fails its
+// Alloc with the system's error; every other rank fails naming it, none
+// waits for its descriptor, nothing stays mapped, and the next Alloc
+// works.
+func TestAllocCreateFails(t *testing.T) {
+	const n = 3
+	j := newJob(t, n, Config{Timeout: 20 * time.Second})
+	maps, fds := allocMappings(t), countOpenFDs(t)
+	var first atomic.Bool
+	failed := make(chan int, n)
+	memfdCreate = func(name string, flags int) (int, error) {
+		if first.CompareAndSwap(false, true) {
+			return -1, unix.EMFILE
+		}
+		return unix.MemfdCreate(name, flags)
+	}
+	t.Cleanup(func() { memfdCreate = unix.MemfdCreate })
+	errs := j.each(func(r int) error {
+		_, reg, err := j.bes[r].(collectives.Registrar).Alloc(context.Background(), 1<<16)
+		if errors.Is(err, unix.EMFILE) {
+			failed <- r
+		}
+		if err == nil {
+			_ = reg.Close(context.Background())
+		}
+		return err
+	})
+	close(failed)
+	bad := -1
+	for r := range failed {
+		require.Equal(t, -1, bad, "one rank had the injected failure")
+		bad = r
+	}
+	require.NotEqual(t, -1, bad, "the injected errno surfaces: %v", errs)
+	assert.ErrorContains(t, errs[bad], "memfd_create")
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		if r == bad {
+			continue
+		}
+		var pe *collectives.PeerError
+		require.ErrorAs(t, err, &pe, "rank %d", r)
+		assert.Equal(t, bad, pe.Rank, "rank %d: %v", r, err)
+		assert.ErrorContains(t, err, "too many open files", "rank %d", r)
+	}
+	assert.Equal(t, maps, allocMappings(t), "mappings")
+	assert.Equal(t, fds, countOpenFDs(t), "descriptors")
+	_, regs := j.allocAll(t, 1<<16)
+	for _, reg := range regs {
+		require.NoError(t, reg.Close(context.Background()))
+	}
 }
