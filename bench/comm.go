@@ -81,6 +81,9 @@ func (b *Buffers) Alloc(ctx context.Context, size int) (membuf.Buffer, error) {
 			return membuf.Buffer{}, fmt.Errorf("registered alloc of %d bytes: %w", size, err)
 		}
 		b.release = append(b.release, rel)
+		if h, ok := b.Space.(*membuf.Host); ok {
+			return h.Adopt(p, size), nil // the host backend's shared memory
+		}
 		return membuf.Buffer{Ptr: p, Size: size}, nil
 	}
 	buf, err := b.Space.Alloc(size)

@@ -358,9 +358,10 @@ func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registra
 // same size. On GPUs it is device memory; on the host backend it is
 // shared memory every rank of the node maps, zeroed, and calls whose
 // buffers lie inside such allocations on every rank skip the staging
-// copy (AllocSlice gives it as a Go slice). The memory is valid until the
+// copy (AllocSlice gives it as a Go slice); across nodes every rank gets
+// memory its node's ranks map. The memory is valid until the
 // registration is closed (collectively) or the communicator is.
-// ErrNotSupported when the backend cannot (the host backend across nodes).
+// ErrNotSupported when the backend cannot.
 func (c *Comm) Alloc(ctx context.Context, size uint64) (uintptr, Registration, error) {
 	if err := c.Err(); err != nil {
 		return 0, nil, err

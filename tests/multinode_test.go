@@ -31,7 +31,8 @@ func fakeNodes(per int, prog string, args ...string) (string, []string) {
 // with two and three fake nodes of two ranks each, UCX over TCP on the
 // loopback between them: every collective × dtype × op and every
 // point-to-point call, checked bit-exactly on integers against the
-// program's reference, on every rank.
+// program's reference, on every rank; and the collectives on buffers
+// from Alloc.
 func TestConformanceAcrossNodes(t *testing.T) {
 	if err := ucx.Load(); err != nil {
 		t.Skipf("libucp not available (install libucx0): %v", err)
@@ -40,6 +41,9 @@ func TestConformanceAcrossNodes(t *testing.T) {
 	small := []string{"--counts", fmt.Sprintf("0,1,%d", primeCount)}
 	p2p := []string{"--colls", "none", "--counts", "7,4095"}
 	big := []string{"--counts", strconv.Itoa(bigCount), "--types", "int32,float32,bfloat16", "--ops", "sum,avg,mulsum"}
+	// Buffers from the communicator's Alloc: node-local shared memory,
+	// the legs inside the node on the direct path.
+	alloc := []string{"--register", "--counts", fmt.Sprintf("0,1,7,4095,%d", 1<<20+3), "--types", "int32,float32", "--ops", "sum,max,avg"}
 	cases := []struct {
 		name  string
 		nodes int
@@ -48,6 +52,7 @@ func TestConformanceAcrossNodes(t *testing.T) {
 		{"2x2/small", 2, small},
 		{"2x2/p2p", 2, p2p},
 		{"2x2/big", 2, big},
+		{"2x2/alloc", 2, alloc},
 		{"3x2/small", 3, small},
 		{"3x2/p2p", 3, p2p},
 	}

@@ -7,14 +7,13 @@ import (
 	"fmt"
 
 	"github.com/goccl/goccl/collectives"
-	"github.com/goccl/goccl/transport/shm"
 )
 
 // Buffers in shared memory (the counterpart of NCCL's ncclMemAlloc and
 // ncclCommRegister). Alloc is collective: every rank creates a memfd of
-// the size asked for (transport/shm), the descriptors travel between the
-// processes as the backend's own segments do, and every rank maps every
-// peer's. A call whose buffers lie inside such allocations on every rank
+// the size asked for, the descriptors travel between the processes as
+// the backend's own segments do, and every process maps every rank's
+// memory once, its ranks sharing the mapping (allocmem.go). A call whose buffers lie inside such allocations on every rank
 // takes the direct path (direct.go): ranks read the peers' inputs and
 // write the peers' outputs in place, through their mappings.
 //
@@ -33,10 +32,10 @@ var _ collectives.Registrar = (*backend)(nil)
 // rather than a request.
 const maxAlloc = 1 << 40
 
-// allocation is one Alloc: every rank's memfd mapped here.
+// allocation is one Alloc: every rank's memory as mapped here.
 type allocation struct {
 	id   uint64 // the Alloc's number, alike on every rank
-	seg  *shm.Segment
+	seg  *allocMem
 	size int     // the size asked for (the mapping is rounded to a page)
 	base uintptr // this rank's own mapping
 }
@@ -93,7 +92,7 @@ func (b *backend) Alloc(ctx context.Context, size uint64) (uintptr, collectives.
 	if err := b.agreeAllocSize(ctx, size, bad); err != nil {
 		return 0, nil, err
 	}
-	seg, err := shm.Map(ctx, b.boot, int(size))
+	seg, err := mapAlloc(ctx, b.boot, int(size))
 	if err != nil {
 		return 0, nil, b.namePeer(fmt.Errorf("host backend: alloc of %d bytes: rank %d: %w", size, b.rank, err))
 	}
@@ -145,10 +144,10 @@ func (b *backend) namePeer(err error) error {
 	return &collectives.PeerError{Rank: 1 - b.rank, Cause: err}
 }
 
-// Close unmaps this rank's mappings of the allocation (collective by the
-// API's rule, though no exchange takes place: every rank's mapping of a
-// peer's memory keeps it alive until that rank unmaps it too). The memory
-// must not be used afterwards.
+// Close lets go of this rank's hold of every rank's memory (collective by
+// the API's rule, though no exchange takes place: a peer's hold, in this
+// process or its own mapping elsewhere, keeps the memory alive until it
+// lets go too). The memory must not be used by this rank afterwards.
 func (r *allocReg) Close(context.Context) error {
 	b := r.b
 	b.mu.Lock()

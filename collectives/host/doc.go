@@ -30,7 +30,8 @@
 // is slower than staging that stays in the caches where measured.
 //
 // Buffers from Alloc (alloc.go) are memfds every rank of the node maps,
-// as NCCL's ncclMemAlloc plus ncclCommRegister. An AllReduce, AllGather,
+// once per process (allocmem.go), as NCCL's ncclMemAlloc plus
+// ncclCommRegister. An AllReduce, AllGather,
 // Broadcast or ReduceScatter whose buffers lie inside such allocations on
 // every rank takes the direct path (direct.go): no staging, each rank
 // reads the peers' inputs and writes the peers' outputs in place, as many
@@ -56,7 +57,9 @@
 // one local rank per node over UCX, inside the node again); averages,
 // half types and unequal nodes take a flat path over UCX reduced once in
 // rank order; Broadcast and Reduce go through one rank per node; groups
-// run over UCX. docs/multinode.md has the design.
+// run over UCX. Alloc there gives node-local shared memory, and the
+// hierarchical algorithms' legs inside the node take the direct path on
+// it (multinode_alloc.go). docs/multinode.md has the design.
 //
 // Reductions visit ranks in order on every rank, so results are bitwise
 // identical across ranks. Half types accumulate in float32 and round once;

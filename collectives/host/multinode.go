@@ -52,6 +52,13 @@ type multi struct {
 	peerOff    []atomic.Bool // peers that closed their communicator
 	flatLogged bool          // the flat path's reason was logged
 
+	// Allocations (multinode_alloc.go); under mu.
+	allocs   []*multiReg
+	allocOps uint64                   // Alloc's agreements: their tags
+	shReg    collectives.Registration // the shared scratch, nil when none
+	shFor    uint64                   // the allocation size it is made for
+	shScr    [2][]byte                // its big and small parts
+
 	mu      sync.Mutex // one Run at a time; Close waits for it
 	closed  atomic.Bool
 	failure atomic.Pointer[error]
@@ -332,7 +339,8 @@ func (m *multi) Close() error {
 		m.mu.Lock()
 	}
 	defer m.mu.Unlock()
-	err := m.local.Close()
+	err := m.local.Close() // and every allocation with it
+	m.allocs, m.shReg, m.shFor, m.shScr = nil, nil, 0, [2][]byte{}
 	m.w.Close()
 	return err
 }

@@ -19,6 +19,7 @@ import (
 // a node, UCX between; the hierarchical algorithms or the flat ones.
 const (
 	multiTransport = "shm+ucx"
+	multiDirect    = "shm-direct+ucx" // a leg inside the node took the direct path
 	algoHier       = collectives.Algorithm("hierarchical")
 	algoFlat       = collectives.Algorithm("flat")
 )
@@ -112,6 +113,9 @@ func (m *multi) localRun(ctx context.Context, coll collectives.Collective, send,
 		}
 		return m.fail(m.globalize(err))
 	}
+	if m.local.last.Transport == "shm-direct" {
+		m.last.Transport = multiDirect
+	}
 	return nil
 }
 
@@ -161,7 +165,7 @@ func (m *multi) hierAllReduce(ctx context.Context, a *collectives.Args, cb int) 
 		// rail, all-gather in the node.
 		c := a.Count / L
 		sb := c * a.Type.Size()
-		s1, s2 := m.scratch(0, sb), m.scratch(1, sb)
+		s1, s2 := m.nodeScratch(0, sb), m.nodeScratch(1, sb)
 		if err := m.localRun(ctx, collectives.ReduceScatter, a.Send, addrOf(s1), c, a, 0); err != nil {
 			return err
 		}
@@ -196,14 +200,14 @@ func (m *multi) hierReduceScatter(ctx context.Context, a *collectives.Args, cb i
 	send := hostBytes(a.Send, m.n*cb)
 	// Order the blocks by local rank, then node: the node's reduce-scatter
 	// then leaves each local rank the blocks of its rail.
-	p := m.scratch(0, m.n*cb)
+	p := m.nodeScratch(0, m.n*cb)
 	for l := 0; l < L; l++ {
 		for k := 0; k < N; k++ {
 			r := m.members[k][l]
 			copy(p[(l*N+k)*cb:(l*N+k+1)*cb], send[r*cb:(r+1)*cb])
 		}
 	}
-	q := m.scratch(1, N*cb)
+	q := m.nodeScratch(1, N*cb)
 	if err := m.localRun(ctx, collectives.ReduceScatter, addrOf(p), addrOf(q), N*a.Count, a, 0); err != nil {
 		return err
 	}
@@ -232,13 +236,13 @@ func (m *multi) hierReduceScatter(ctx context.Context, a *collectives.Args, cb i
 
 func (m *multi) hierAllGather(ctx context.Context, a *collectives.Args, cb int) error {
 	L, N := len(m.members[m.node]), len(m.members)
-	g := m.scratch(0, N*cb)
+	g := m.nodeScratch(1, N*cb)
 	copy(g[m.node*cb:], hostBytes(a.Send, cb))
 	if err := m.exchange(m.rail, m.node, g[m.node*cb:(m.node+1)*cb], g, 1); err != nil {
 		return err
 	}
 	clear(m.srcs[:N])
-	all := m.scratch(1, m.n*cb)
+	all := m.nodeScratch(0, m.n*cb)
 	if err := m.localRun(ctx, collectives.AllGather, addrOf(g), addrOf(all), N*a.Count, a, 0); err != nil {
 		return err
 	}

@@ -32,6 +32,19 @@ func (*Host) Alloc(size int) (Buffer, error) {
 	return Buffer{Ptr: uintptr(unsafe.Pointer(&m[0])), Size: size, host: m}, nil
 }
 
+// Adopt is host memory mapped by someone else (a communicator's Alloc)
+// as a Buffer of this space, for CopyIn, CopyOut and Fill; it must not be
+// given to Free, as the memory goes back where it came from.
+func (*Host) Adopt(ptr uintptr, size int) Buffer {
+	if ptr == 0 || size <= 0 {
+		return Buffer{}
+	}
+	// Reading the uintptr's bits as a pointer keeps vet's unsafeptr check
+	// meaningful elsewhere: the memory lies outside Go's heap.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&ptr))
+	return Buffer{Ptr: ptr, Size: size, host: unsafe.Slice((*byte)(p), size)}
+}
+
 // Free unmaps b's memory.
 func (*Host) Free(b Buffer) error {
 	if b.host == nil {

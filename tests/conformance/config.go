@@ -67,8 +67,9 @@ const usage = `usage: conformance [flags]   (one rank; start it under goccl run,
   --graph N                  GPU: capture one call per collective in a CUDA graph, replay N times with new inputs
   --stress N                 N back-to-back mixed collectives on one stream, then check every buffer
   --inprocess N              N ranks in this process (comm.InitAll; UVA on GPUs), no launcher
-  --register                 GPU: the matrix's buffers come from the communicator's Alloc
-                             (registered: Broadcast/AllGather/AllReduce may take the copy engines)
+  --register                 the matrix's buffers come from the communicator's Alloc (GPU:
+                             registered, Broadcast/AllGather/AllReduce may take the copy engines;
+                             host: shared memory, calls take the direct path)
   --register-user            GPU: the matrix's buffers are the rank's own device memory,
                              registered with Register, as a framework's tensors would be
   --timeout D                bound on the whole run                  [30m]
@@ -175,8 +176,6 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("%w: --timeout %v must be positive", errUsage, c.timeout)
 	case c.graph > 0 && c.backend == "host":
 		return nil, fmt.Errorf("%w: --graph needs the gpu backend", errUsage)
-	case c.register && c.backend == "host":
-		return nil, fmt.Errorf("%w: --register needs the gpu backend", errUsage)
 	case c.regUser && c.backend == "host":
 		return nil, fmt.Errorf("%w: --register-user needs the gpu backend", errUsage)
 	case c.regUser && c.register:

@@ -56,7 +56,6 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--roundings", "0"}, "--roundings"},
 		{[]string{"--large", "huge"}, "--large"},
 		{[]string{"--graph", "5", "--backend", "host"}, "--graph needs"},
-		{[]string{"--register", "--backend", "host"}, "--register needs"},
 		{[]string{"--register-user", "--backend", "host"}, "--register-user needs"},
 		{[]string{"--register", "--register-user", "--backend", "gpu"}, "exclude each other"},
 		{[]string{"--stress", "-1"}, ">= 0"},
