@@ -31,7 +31,7 @@ func AllocSlice[T Element](ctx context.Context, c *Comm, n int) ([]T, Registrati
 	if n > 0 && n <= math.MaxInt/es {
 		size = uint64(n * es)
 	}
-	p, reg, err := c.Alloc(ctx, size)
+	p, reg, err := c.alloc(ctx, size)
 	if err == nil && size == 0 {
 		err = reg.Close(ctx)
 	}
