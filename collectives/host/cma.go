@@ -222,7 +222,7 @@ func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, err
 		}
 	}
 	if why != "" {
-		cfg.Logger.Debug("goccl host backend: single copy off, large calls go through staging", "rank", rank, "why", why)
+		cfg.Logger.Debug("goccl: host backend: single copy off, large calls go through staging", "rank", rank, "why", why)
 		return nil, nil
 	}
 	c.chunk = max(cmaBounce/n/lineBytes*lineBytes, 16<<10)
