@@ -324,7 +324,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		}
 	}
 	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log,
-		Recorder: set.rec.size}
+		Recorder: set.rec.size, Env: set.env}
 	if set.timeoutSet {
 		cfg.Timeout = set.timeout
 	}
@@ -390,7 +390,7 @@ func chooseBackend(set settings) (string, error) {
 func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfig) (collectives.Backend, error) {
 	switch cfg.Name {
 	case BackendHost:
-		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes})
+		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes, Env: cfg.Env})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger, Nodes: cfg.Nodes,
 			Stamps: cfg.Recorder})
