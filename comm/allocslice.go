@@ -45,5 +45,5 @@ func AllocSlice[T Element](ctx context.Context, c *Comm, n int) ([]T, Registrati
 	// it, keeps go vet's unsafeptr check meaningful elsewhere: the memory
 	// is a mapping outside Go's heap, which the garbage collector ignores.
 	ptr := *(*unsafe.Pointer)(unsafe.Pointer(&p))
-	return unsafe.Slice((*T)(ptr), n), reg, nil
+	return unsafe.Slice((*T)(ptr), n), c.apiReg(reg), nil
 }

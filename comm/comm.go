@@ -359,7 +359,7 @@ func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registra
 		return nil, c.apiErr(fmt.Errorf("Register: %w (%s)", ErrNotSupported, c.backendName))
 	}
 	reg, err := r.Register(ctx, ptr, size)
-	return reg, c.apiErr(err)
+	return c.apiReg(reg), c.apiErr(err)
 }
 
 // Alloc allocates registered memory; collective: every rank asks for the
@@ -371,7 +371,7 @@ func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registra
 // ErrNotSupported when the backend cannot (the host backend across nodes).
 func (c *Comm) Alloc(ctx context.Context, size uint64) (uintptr, Registration, error) {
 	p, reg, err := c.alloc(ctx, size)
-	return p, reg, c.apiErr(err)
+	return p, c.apiReg(reg), c.apiErr(err)
 }
 
 // alloc is Alloc with the error not yet given the API's prefix, for

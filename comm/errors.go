@@ -75,3 +75,20 @@ func libErr(err error) error {
 func keepsText(err error) bool {
 	return err == nil || err == context.Canceled || err == context.DeadlineExceeded || strings.HasPrefix(err.Error(), apiPrefix)
 }
+
+// apiReg gives the errors of a registration's Close the API's prefix too.
+func (c *Comm) apiReg(r Registration) Registration {
+	if r == nil {
+		return nil
+	}
+	return apiRegistration{r, c}
+}
+
+type apiRegistration struct {
+	Registration
+	c *Comm
+}
+
+func (r apiRegistration) Close(ctx context.Context) error {
+	return r.c.apiErr(r.Registration.Close(ctx))
+}

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/transport"
 )
 
 // Every error a call returns reads alike: "goccl: rank N: " once, N the
@@ -60,7 +62,10 @@ func TestErrorTexts(t *testing.T) {
 			}},
 		{name: "premulsum", n: 2, is: collectives.ErrUnknownDataType, peer: -1,
 			want: "goccl: rank 0: CreatePreMulSum: datatype 99: unknown datatype",
-			fail: func(_ *testing.T, c []*Comm) error { _, err := c[0].CreatePreMulSum(Scalar{}, DataType(99)); return err }},
+			fail: func(_ *testing.T, c []*Comm) error {
+				_, err := c[0].CreatePreMulSum(Scalar{}, DataType(99))
+				return err
+			}},
 		{name: "alloc", n: 2, is: collectives.ErrInvalidArgument, peer: -1, wantI: "host backend: alloc: size",
 			fail: func(_ *testing.T, c []*Comm) error {
 				return eachRank(c, func(c *Comm) error { _, _, err := c.Alloc(ctx, 1<<50); return err })[0]
@@ -83,6 +88,14 @@ func TestErrorTexts(t *testing.T) {
 			}},
 		{name: "shrink exclude", n: 2, is: collectives.ErrInvalidPeer, peer: -1, wantI: "Shrink: invalid peer: exclude[0]=5",
 			fail: func(_ *testing.T, c []*Comm) error { _, err := c[0].Shrink(ctx, []int{5}, Options{}); return err }},
+		{name: "registration close", n: 2, is: collectives.ErrInvalidArgument, peer: -1,
+			want: "goccl: rank 0: test backend: unmap: invalid argument",
+			opts: func(o *Options) { o.NewBackend = regFactory },
+			fail: func(t *testing.T, c []*Comm) error {
+				reg, err := c[0].Register(ctx, p, 256)
+				require.NoError(t, err)
+				return reg.Close(ctx)
+			}},
 		{name: "init setting", n: 2, is: collectives.ErrInvalidArgument, peer: -1,
 			want: `goccl: rank 0: invalid argument: GOCCL_TIMEOUT="soon": want a duration such as 30s`,
 			fail: func(_ *testing.T, _ []*Comm) error {
@@ -148,4 +161,25 @@ func TestErrorTexts(t *testing.T) {
 			assert.Equal(t, text, comms[0].Err().Error(), "Err says the same")
 		})
 	}
+}
+
+// regBackend registers, and its registrations fail to close.
+type regBackend struct{ *fakeBackend }
+
+func regFactory(context.Context, transport.Bootstrap, BackendConfig) (collectives.Backend, error) {
+	return regBackend{newFake(false)}, nil
+}
+
+func (regBackend) Register(context.Context, uintptr, uint64) (collectives.Registration, error) {
+	return failingReg{}, nil
+}
+
+func (regBackend) Alloc(context.Context, uint64) (uintptr, collectives.Registration, error) {
+	return 0, failingReg{}, nil
+}
+
+type failingReg struct{}
+
+func (failingReg) Close(context.Context) error {
+	return fmt.Errorf("test backend: unmap: %w", collectives.ErrInvalidArgument)
 }
