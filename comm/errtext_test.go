@@ -35,6 +35,7 @@ func TestErrorTexts(t *testing.T) {
 		want  string // the whole text; empty: only the prefix and wantI
 		wantI string // a part of the text
 		peer  int    // the rank a PeerError names; -1: none
+		noRnk bool   // no rank yet: "goccl: " alone
 	}{
 		{name: "collective datatype", n: 2, is: collectives.ErrUnknownDataType, peer: -1,
 			want: "goccl: rank 0: all_reduce: datatype 99: unknown datatype",
@@ -102,6 +103,14 @@ func TestErrorTexts(t *testing.T) {
 				_, err := InitAll(ctx, []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{"GOCCL_TIMEOUT": "soon"}, Logger: discardLogger()})
 				return err
 			}},
+		{name: "init without a rank", n: 1, is: collectives.ErrInvalidArgument, peer: -1, noRnk: true,
+			want: "goccl: invalid argument: rank=5 not in [0,2)",
+			fail: func(t *testing.T, _ []*Comm) error {
+				id, err := NewUniqueID()
+				require.NoError(t, err)
+				_, err = InitRank(ctx, id, 2, 5, Options{Backend: BackendHost, Env: map[string]string{}, Logger: discardLogger()})
+				return err
+			}},
 		{name: "peer aborted", n: 3, is: ErrAborted, peer: 1,
 			want: "goccl: rank 0: rank 1 failed: communicator aborted: called Abort: disk full",
 			fail: func(t *testing.T, c []*Comm) error {
@@ -143,7 +152,11 @@ func TestErrorTexts(t *testing.T) {
 			require.Error(t, err)
 			text := err.Error()
 			assert.Equal(t, 1, strings.Count(text, "goccl:"), "one goccl: in %q", text)
-			assert.Regexp(t, regexp.MustCompile(`^goccl: rank 0: \S`), text)
+			if tc.noRnk {
+				assert.Regexp(t, regexp.MustCompile(`^goccl: [^r]`), text)
+			} else {
+				assert.Regexp(t, regexp.MustCompile(`^goccl: rank 0: \S`), text)
+			}
 			if tc.want != "" {
 				assert.Equal(t, tc.want, text)
 			}

@@ -40,7 +40,7 @@ type joinSpec struct {
 // the init timeout with an error naming the rank at fault.
 func InitRank(ctx context.Context, id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err := id.check(); err != nil {
-		return nil, rankErr(rank, err)
+		return nil, joinSpec{nranks: nranks, rank: rank}.err(err)
 	}
 	env := opts.env()
 	localRank := rank
@@ -137,13 +137,22 @@ func rootCause(errs []error) error {
 func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]string) (*Comm, error) {
 	set, err := opts.resolve(env)
 	if err != nil {
-		return nil, rankErr(spec.rank, err)
+		return nil, spec.err(err)
 	}
 	if set.rec, err = parseRecorderEnv(env); err != nil {
-		return nil, rankErr(spec.rank, err)
+		return nil, spec.err(err)
 	}
 	c, err := initResolved(ctx, spec, set)
-	return c, rankErr(spec.rank, err)
+	return c, spec.err(err)
+}
+
+// err gives an init error "goccl: rank N: ", or "goccl: " alone when the
+// rank is not one of the job's (InitRank's bad arguments).
+func (spec joinSpec) err(err error) error {
+	if spec.rank < 0 || spec.rank >= spec.nranks {
+		return libErr(err)
+	}
+	return rankErr(spec.rank, err)
 }
 
 // initResolved is initComm once the settings are known (Split and Shrink
