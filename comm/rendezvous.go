@@ -312,7 +312,7 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
-				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: rank 0's address not found within the init timeout: %v", collectives.ErrTimeout, c.rank, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: rank 0's address not found within the init timeout: %v", collectives.ErrTimeout, last)
 			}
 			continue
 		}
