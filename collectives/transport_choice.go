@@ -21,9 +21,9 @@ const (
 var (
 	// ErrNoPeerAccess: two GPUs of the communicator cannot reach each
 	// other's memory; goccl's transports all need peer access.
-	ErrNoPeerAccess = errors.New("goccl: no peer access between GPUs")
+	ErrNoPeerAccess = errors.New("no peer access between GPUs")
 	// ErrTransportUnsupported: the forced transport cannot work here.
-	ErrTransportUnsupported = errors.New("goccl: transport not usable here")
+	ErrTransportUnsupported = errors.New("transport not usable here")
 )
 
 // Placement says where a communicator's ranks are.

@@ -31,7 +31,7 @@ func AllocSlice[T Element](ctx context.Context, c *Comm, n int) ([]T, Registrati
 	if n > 0 && n <= math.MaxInt/es {
 		size = uint64(n * es)
 	}
-	p, reg, err := c.Alloc(ctx, size)
+	p, reg, err := c.alloc(ctx, size)
 	if err == nil && size == 0 {
 		err = reg.Close(ctx)
 	}
@@ -45,5 +45,5 @@ func AllocSlice[T Element](ctx context.Context, c *Comm, n int) ([]T, Registrati
 	// it, keeps go vet's unsafeptr check meaningful elsewhere: the memory
 	// is a mapping outside Go's heap, which the garbage collector ignores.
 	ptr := *(*unsafe.Pointer)(unsafe.Pointer(&p))
-	return unsafe.Slice((*T)(ptr), n), reg, nil
+	return unsafe.Slice((*T)(ptr), n), c.apiReg(reg), nil
 }

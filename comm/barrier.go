@@ -33,7 +33,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 			if ab := c.Err(); ab != nil {
 				return ab
 			}
-			return err
+			return c.apiErr(err)
 		}
 		return nil
 	}

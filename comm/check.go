@@ -147,7 +147,7 @@ func (c *Comm) checkCall(ctx context.Context, a *collectives.Args, localErr erro
 	}
 	all, err := c.boot.AllGather(ctx, encodeCallRecord(rec))
 	if err != nil {
-		return fmt.Errorf("goccl: GOCCL_CHECK exchange: %w", err)
+		return fmt.Errorf("GOCCL_CHECK exchange: %w", err)
 	}
 	if localErr != nil {
 		return localErr
@@ -155,7 +155,7 @@ func (c *Comm) checkCall(ctx context.Context, a *collectives.Args, localErr erro
 	recs := make([]callRecord, len(all))
 	for r, b := range all {
 		if recs[r], err = decodeCallRecord(b); err != nil {
-			return fmt.Errorf("goccl: GOCCL_CHECK: rank %d: %w", r, err)
+			return fmt.Errorf("GOCCL_CHECK: rank %d: %w", r, err)
 		}
 	}
 	return compareCalls(recs)

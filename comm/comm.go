@@ -79,7 +79,10 @@ func (c *Comm) PIDs() []int32 { return c.boot.PIDs() }
 
 // Err reports why the communicator is unusable: nil while healthy, an
 // error wrapping ErrAborted (naming the failed rank) or ErrClosed.
-func (c *Comm) Err() error {
+func (c *Comm) Err() error { return c.apiErr(c.state()) }
+
+// state is Err without the API's prefix.
+func (c *Comm) state() error {
 	if p := c.abortErr.Load(); p != nil {
 		if e := c.explainedAbort.Load(); e != nil {
 			return e
@@ -87,7 +90,7 @@ func (c *Comm) Err() error {
 		return *p
 	}
 	if c.closed.Load() {
-		return fmt.Errorf("rank %d: %w", c.rank, collectives.ErrClosed)
+		return collectives.ErrClosed
 	}
 	return nil
 }
@@ -121,6 +124,10 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv uintptr, recvcount 
 }
 
 func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv uintptr, count int, dt DataType, op Op, root int, stream uintptr) error {
+	return c.apiErr(c.runCall(ctx, coll, send, recv, count, dt, op, root, stream))
+}
+
+func (c *Comm) runCall(ctx context.Context, coll collectives.Collective, send, recv uintptr, count int, dt DataType, op Op, root int, stream uintptr) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
@@ -349,9 +356,10 @@ func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registra
 	}
 	r, ok := c.backend.(collectives.Registrar)
 	if !ok {
-		return nil, fmt.Errorf("Register: %w (%s)", ErrNotSupported, c.backendName)
+		return nil, c.apiErr(fmt.Errorf("Register: %w (%s)", ErrNotSupported, c.backendName))
 	}
-	return r.Register(ctx, ptr, size)
+	reg, err := r.Register(ctx, ptr, size)
+	return c.apiReg(reg), c.apiErr(err)
 }
 
 // Alloc allocates registered memory; collective: every rank asks for the
@@ -363,7 +371,14 @@ func (c *Comm) Register(ctx context.Context, ptr uintptr, size uint64) (Registra
 // registration is closed (collectively) or the communicator is.
 // ErrNotSupported when the backend cannot.
 func (c *Comm) Alloc(ctx context.Context, size uint64) (uintptr, Registration, error) {
-	if err := c.Err(); err != nil {
+	p, reg, err := c.alloc(ctx, size)
+	return p, c.apiReg(reg), c.apiErr(err)
+}
+
+// alloc is Alloc with the error not yet given the API's prefix, for
+// AllocSlice, which puts its own text before it.
+func (c *Comm) alloc(ctx context.Context, size uint64) (uintptr, Registration, error) {
+	if err := c.state(); err != nil {
 		return 0, nil, err
 	}
 	r, ok := c.backend.(collectives.Registrar)

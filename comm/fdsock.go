@@ -66,10 +66,10 @@ func bindFDSocket(token string, rank int, nonce uint64, log *slog.Logger) (*fdSo
 	name := fdSocketName(token, rank, nonce)
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("goccl: rank %d: its fd socket %q is taken by another process: %w", rank, name[1:], err)
+		return nil, fmt.Errorf("its fd socket %q is taken by another process: %w", name[1:], err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("goccl: rank %d: binding fd socket %q: %w", rank, name[1:], err)
+		return nil, fmt.Errorf("binding fd socket %q: %w", name[1:], err)
 	}
 	rc, err := conn.SyscallConn()
 	if err == nil {
@@ -82,7 +82,7 @@ func bindFDSocket(token string, rank int, nonce uint64, log *slog.Logger) (*fdSo
 	}
 	if err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("goccl: rank %d: SO_PASSCRED on fd socket: %w", rank, err)
+		return nil, fmt.Errorf("SO_PASSCRED on fd socket: %w", err)
 	}
 	return &fdSocket{conn: conn, token: token, nonce: nonce, rank: rank, log: log, closed: make(chan struct{})}, nil
 }
@@ -162,7 +162,7 @@ func (s *fdSocket) readLoop() {
 			if lost := s.lostFDs(buf[:n], flags, cred); lost >= 0 {
 				// A genuine message whose descriptors this process could not
 				// take: its receiver must fail, not wait for them.
-				item = fdItem{err: fmt.Errorf("goccl: rank %d: descriptors sent by rank %d were lost: the kernel truncated the message (this process is probably out of file descriptors: RLIMIT_NOFILE): %w", s.rank, lost, unix.EMFILE)}
+				item = fdItem{err: fmt.Errorf("descriptors sent by rank %d were lost: the kernel truncated the message (this process is probably out of file descriptors: RLIMIT_NOFILE): %w", lost, unix.EMFILE)}
 				sender = lost
 			} else {
 				s.drops.note(s.log, s.rank, cred, err)

@@ -30,17 +30,17 @@ func rendezvousPath(jobKey string) string {
 func publishID(path string, id UniqueID) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("goccl: publishing the bootstrap address: %w", err)
+		return fmt.Errorf("publishing the bootstrap address: %w", err)
 	}
 	_, werr := f.WriteString(id.String() + "\n")
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		_ = os.Remove(f.Name())
-		return fmt.Errorf("goccl: publishing the bootstrap address in %s: %w", f.Name(), err)
+		return fmt.Errorf("publishing the bootstrap address in %s: %w", f.Name(), err)
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		_ = os.Remove(f.Name())
-		return fmt.Errorf("goccl: publishing the bootstrap address in %s: %w", path, err)
+		return fmt.Errorf("publishing the bootstrap address in %s: %w", path, err)
 	}
 	return nil
 }

@@ -86,7 +86,7 @@ func (g *Group) Recv(c *Comm, buf uintptr, count int, dt DataType, peer int, str
 
 func (g *Group) p2p(c *Comm, op collectives.P2P) error {
 	if c == nil {
-		return g.record(fmt.Errorf("%s: %w: nil communicator", op.Kind, collectives.ErrInvalidArgument))
+		return g.record(fmt.Errorf("goccl: %s: %w: nil communicator", op.Kind, collectives.ErrInvalidArgument))
 	}
 	if err := op.Validate(c.rank, c.size); err != nil {
 		return g.record(fmt.Errorf("goccl: rank %d: %w", c.rank, err))
@@ -123,7 +123,7 @@ func (g *Group) ReduceScatter(c *Comm, send, recv uintptr, recvcount int, dt Dat
 
 func (g *Group) coll(c *Comm, a collectives.Args) error {
 	if c == nil {
-		return g.record(fmt.Errorf("%s: %w: nil communicator", a.Coll, collectives.ErrInvalidArgument))
+		return g.record(fmt.Errorf("goccl: %s: %w: nil communicator", a.Coll, collectives.ErrInvalidArgument))
 	}
 	if err := c.resolveOp(&a); err != nil {
 		return g.record(fmt.Errorf("goccl: rank %d: %w", c.rank, err))
@@ -154,7 +154,8 @@ func (g *Group) Run(ctx context.Context) error {
 	case 0:
 		return nil
 	case 1:
-		return g.parts[0].c.runGroup(ctx, &g.parts[0].g)
+		c := g.parts[0].c
+		return c.apiErr(c.runGroup(ctx, &g.parts[0].g))
 	}
 	errs := make([]error, len(g.parts))
 	var wg sync.WaitGroup
@@ -162,7 +163,8 @@ func (g *Group) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			errs[i] = g.parts[i].c.runGroup(ctx, &g.parts[i].g)
+			c := g.parts[i].c
+			errs[i] = c.apiErr(c.runGroup(ctx, &g.parts[i].g))
 		}(i)
 	}
 	wg.Wait()

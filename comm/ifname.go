@@ -113,14 +113,14 @@ func chooseIface(spec string, ifaces []netIface) (netip.Addr, string, error) {
 func systemIfaces() ([]netIface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
-		return nil, fmt.Errorf("goccl: %s: listing interfaces: %w", ifnameVar, err)
+		return nil, fmt.Errorf("%s: listing interfaces: %w", ifnameVar, err)
 	}
 	out := make([]netIface, 0, len(ifs))
 	for _, ifc := range ifs {
 		ni := netIface{name: ifc.Name, up: ifc.Flags&net.FlagUp != 0}
 		addrs, err := ifc.Addrs()
 		if err != nil {
-			return nil, fmt.Errorf("goccl: %s: addresses of %s: %w", ifnameVar, ifc.Name, err)
+			return nil, fmt.Errorf("%s: addresses of %s: %w", ifnameVar, ifc.Name, err)
 		}
 		for _, a := range addrs {
 			if n, ok := a.(*net.IPNet); ok {

@@ -40,7 +40,7 @@ type joinSpec struct {
 // the init timeout with an error naming the rank at fault.
 func InitRank(ctx context.Context, id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err := id.check(); err != nil {
-		return nil, err
+		return nil, joinSpec{nranks: nranks, rank: rank}.err(err)
 	}
 	env := opts.env()
 	localRank := rank
@@ -56,12 +56,12 @@ func InitFromEnv(ctx context.Context, opts Options) (*Comm, error) {
 	env := opts.env()
 	info, err := ParseEnv(env, os.Getppid())
 	if err != nil {
-		return nil, err
+		return nil, libErr(err)
 	}
 	spec := joinSpec{nranks: info.Size, rank: info.Rank, localRank: info.LocalRank}
 	if info.Addr.IsValid() {
 		if spec.id, err = idFromEnv(info.Addr, info.Token); err != nil {
-			return nil, fmt.Errorf("goccl: %s: %w", info.AddrVar, err)
+			return nil, rankErr(info.Rank, fmt.Errorf("%s: %w", info.AddrVar, err))
 		}
 		spec.token = spec.id.Token()
 	} else {
@@ -76,12 +76,12 @@ func InitFromEnv(ctx context.Context, opts Options) (*Comm, error) {
 func InitAll(ctx context.Context, devices []int, opts Options) ([]*Comm, error) {
 	n := len(devices)
 	if n == 0 || n > maxRanks {
-		return nil, fmt.Errorf("%w: InitAll with %d devices", collectives.ErrInvalidArgument, n)
+		return nil, libErr(fmt.Errorf("%w: InitAll with %d devices", collectives.ErrInvalidArgument, n))
 	}
 	env := opts.env()
 	id, err := newUniqueIDOn(env[ifnameVar])
 	if err != nil {
-		return nil, err
+		return nil, libErr(err)
 	}
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
@@ -137,12 +137,22 @@ func rootCause(errs []error) error {
 func initComm(ctx context.Context, spec joinSpec, opts Options, env map[string]string) (*Comm, error) {
 	set, err := opts.resolve(env)
 	if err != nil {
-		return nil, err
+		return nil, spec.err(err)
 	}
 	if set.rec, err = parseRecorderEnv(env); err != nil {
-		return nil, err
+		return nil, spec.err(err)
 	}
-	return initResolved(ctx, spec, set)
+	c, err := initResolved(ctx, spec, set)
+	return c, spec.err(err)
+}
+
+// err gives an init error "goccl: rank N: ", or "goccl: " alone when the
+// rank is not one of the job's (InitRank's bad arguments).
+func (spec joinSpec) err(err error) error {
+	if spec.rank < 0 || spec.rank >= spec.nranks {
+		return libErr(err)
+	}
+	return rankErr(spec.rank, err)
 }
 
 // initResolved is initComm once the settings are known (Split and Shrink
@@ -185,7 +195,7 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 	if spec.rank == 0 {
 		var nb [8]byte
 		if _, err := rand.Read(nb[:]); err != nil {
-			return nil, fmt.Errorf("goccl: rank 0: fd socket nonce: %w", err)
+			return nil, fmt.Errorf("fd socket nonce: %w", err)
 		}
 		nonce = binary.BigEndian.Uint64(nb[:])
 		if fds, err = bindFDSocket(spec.token, 0, nonce, set.log); err != nil {
@@ -245,7 +255,7 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 				_ = ln.Close()
 			}
 			fds.close()
-			return nil, fmt.Errorf("goccl: rank 0: bootstrap listen on %s: %w", id.Addr(), err)
+			return nil, fmt.Errorf("bootstrap listen on %s: %w", id.Addr(), err)
 		}
 		jc.magic = id.Magic()
 		var peers []*peer
@@ -311,10 +321,10 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	if name == BackendGPU && set.factory == nil {
 		count, err := probeGPUs()
 		if err != nil {
-			return nil, fmt.Errorf("goccl: rank %d: gpu backend: %w", spec.rank, err)
+			return nil, fmt.Errorf("gpu backend: %w", err)
 		}
 		if count <= 0 {
-			return nil, fmt.Errorf("goccl: rank %d: gpu backend: no CUDA device visible", spec.rank)
+			return nil, errors.New("gpu backend: no CUDA device visible")
 		}
 		if device < 0 {
 			device = spec.localRank % count
@@ -323,7 +333,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		}
 	}
 	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log,
-		Recorder: set.rec.size, Check: set.check}
+		Recorder: set.rec.size, Check: set.check, Env: set.env}
 	if set.timeoutSet {
 		cfg.Timeout = set.timeout
 	}
@@ -351,10 +361,10 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 	}
 	be, err := factory(ctx, boot, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("goccl: rank %d: %s backend: %w", spec.rank, name, err)
+		return nil, fmt.Errorf("%s backend: %w", name, err)
 	}
 	if be == nil {
-		return nil, fmt.Errorf("goccl: rank %d: %s backend factory returned nil", spec.rank, name)
+		return nil, fmt.Errorf("%s backend factory returned nil", name)
 	}
 	c := &Comm{
 		rank: spec.rank, size: spec.nranks, localRank: spec.localRank, device: device,
@@ -389,7 +399,7 @@ func chooseBackend(set settings) (string, error) {
 func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfig) (collectives.Backend, error) {
 	switch cfg.Name {
 	case BackendHost:
-		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes})
+		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes, Env: cfg.Env})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger, Nodes: cfg.Nodes,
 			Stamps: cfg.Recorder, Timeout: cfg.Timeout, Check: cfg.Check})

@@ -37,7 +37,7 @@ func TestDebugLevels(t *testing.T) {
 				require.NoError(t, err)
 			}
 			out := logs.String()
-			assert.Equal(t, 2, strings.Count(out, `msg="goccl host backend ready"`), out)
+			assert.Equal(t, 2, strings.Count(out, `msg="goccl: host backend ready"`), out)
 			assert.Contains(t, out, `transport="shm to every peer`)
 			assert.Contains(t, out, `algo="by size: oneshot up to 262144 B, twoshot above"`)
 			assert.Contains(t, out, `staging="2 x 2097152 B per rank"`)

@@ -203,7 +203,7 @@ func TestMultiProcessNRanksMismatch(t *testing.T) {
 	_, err := InitRank(context.Background(), id, 2, 0, testOpts(&fakeFactory{}))
 	require.ErrorIs(t, err, ErrMismatch)
 	assert.Contains(t, err.Error(), "rank 3 says nranks=4, rank 0 has 2")
-	assert.Equal(t, "INIT: "+err.Error(), kid.line(), "the bad rank fails with rank 0's message")
+	assert.Equal(t, "INIT: goccl: rank 3: "+withoutRank(err), kid.line(), "the bad rank fails with rank 0's message")
 	assert.Equal(t, 2, kid.wait(t, 10*time.Second))
 }
 

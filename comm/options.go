@@ -97,6 +97,9 @@ type BackendConfig struct {
 	// Check: GOCCL_CHECK (Options.Check) is on; the GPU backend verifies
 	// its copy-engine point-to-point contract per call with it.
 	Check bool
+	// Env is the environment the settings come from (Options.Env, else
+	// the process's), for a backend's own settings (GOCCL_HOST_CMA...).
+	Env map[string]string
 }
 
 // BackendFactory builds one rank's backend; it is collective.
@@ -117,9 +120,10 @@ type settings struct {
 	log        *slog.Logger
 	hbInterval time.Duration
 	factory    BackendFactory
-	hostID     string           // GOCCL_HOSTID: names this rank's node in place of hostname and boot id
-	ifIP       netip.Addr       // GOCCL_SOCKET_IFNAME's interface address; invalid when unset
-	rec        recorderSettings // GOCCL_RECORDER_*, GOCCL_METRICS_ADDR (record.go)
+	hostID     string            // GOCCL_HOSTID: names this rank's node in place of hostname and boot id
+	ifIP       netip.Addr        // GOCCL_SOCKET_IFNAME's interface address; invalid when unset
+	rec        recorderSettings  // GOCCL_RECORDER_*, GOCCL_METRICS_ADDR (record.go)
+	env        map[string]string // what the settings were read from, for the backend's own (BackendConfig.Env)
 }
 
 func (o *Options) env() map[string]string {
@@ -133,7 +137,7 @@ func (o *Options) env() map[string]string {
 func (o *Options) resolve(env map[string]string) (settings, error) {
 	s := settings{backend: o.Backend, device: o.Device, timeout: o.Timeout, transport: o.Transport,
 		algo: o.Algo, check: o.Check, log: o.Logger, hbInterval: o.HeartbeatInterval, factory: o.NewBackend}
-	s.hostID = env["GOCCL_HOSTID"]
+	s.hostID, s.env = env["GOCCL_HOSTID"], env
 	if v := env[ifnameVar]; strings.TrimSpace(v) != "" {
 		// Checked here, so that a setting that matches nothing fails
 		// before this rank meets any other.

@@ -182,7 +182,7 @@ func (c *Comm) withGroup(ctx context.Context, kind collectives.GroupKind, fill f
 	g.Reset()
 	g.Kind = kind
 	fill(g)
-	return c.runGroup(ctx, g)
+	return c.apiErr(c.runGroup(ctx, g))
 }
 
 // runGroup issues one communicator's part of a group: the collectives

@@ -91,7 +91,7 @@ func rootRendezvous(ctx context.Context, ln net.Listener, c joinConfig) ([]*peer
 			if err != nil {
 				if !errors.Is(err, net.ErrClosed) {
 					// Out of descriptors, say: no rank can join any more.
-					acceptErr <- fmt.Errorf("goccl: rank 0: accepting ranks on the bootstrap port: %w", err)
+					acceptErr <- fmt.Errorf("accepting ranks on the bootstrap port: %w", err)
 				}
 				return
 			}
@@ -303,7 +303,7 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 			d := backoff/2 + rand.N(backoff/2+1)
 			select {
 			case <-ctx.Done():
-				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, c.rank, where, attempt, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, where, attempt, last)
 			case <-time.After(d):
 			}
 			backoff = min(2*backoff, 500*time.Millisecond)
@@ -312,7 +312,7 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
-				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: rank 0's address not found within the init timeout: %v", collectives.ErrTimeout, c.rank, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: rank 0's address not found within the init timeout: %v", collectives.ErrTimeout, last)
 			}
 			continue
 		}
@@ -323,12 +323,12 @@ func leafRendezvous(ctx context.Context, resolve func() (UniqueID, error), c joi
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
 			// Out of a local resource: retrying until the timeout would
 			// only hide the cause.
-			return nil, nil, 0, 0, fmt.Errorf("goccl: rank %d: connecting to rank 0 at %s: %w", c.rank, id.Addr(), err)
+			return nil, nil, 0, 0, fmt.Errorf("connecting to rank 0 at %s: %w", id.Addr(), err)
 		}
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
-				return nil, nil, 0, 0, fmt.Errorf("%w: rank %d: rank 0 at %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, c.rank, id.Addr(), attempt+1, last)
+				return nil, nil, 0, 0, fmt.Errorf("%w: rank 0 at %s not reached within the init timeout (%d attempts): %v", collectives.ErrTimeout, id.Addr(), attempt+1, last)
 			}
 			continue
 		}
@@ -434,5 +434,5 @@ func rejection(payload []byte) error {
 	case rejectTimeout:
 		return fmt.Errorf("%w: %s", collectives.ErrTimeout, msg)
 	}
-	return errors.New("goccl: rank 0 rejected this rank: " + msg)
+	return errors.New("rank 0 rejected this rank: " + msg)
 }

@@ -233,10 +233,10 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, me linkSelf
 	mine := rescueInfo{node: key, device: me.device, bus: me.bus, netMbps: me.netMbps(rp.ip), addr: addr}
 	all, err := b.AllGather(ctx, encodeRescueInfo(mine))
 	if kerr != nil {
-		return nil, fmt.Errorf("goccl: rank %d: %w", b.rank, kerr)
+		return nil, kerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("goccl: rank %d: exchanging rescue addresses: %w", b.rank, err)
+		return nil, fmt.Errorf("exchanging rescue addresses: %w", err)
 	}
 	rp.addrs = make([]string, len(all))
 	rp.nodes = make([]string, len(all))
@@ -246,7 +246,7 @@ func openRescue(ctx context.Context, b *tcpBootstrap, hostID string, me linkSelf
 	for r, x := range all {
 		in, err := decodeRescueInfo(x)
 		if err != nil {
-			return nil, fmt.Errorf("goccl: rank %d: rank %d's rescue address: %w", b.rank, r, err)
+			return nil, fmt.Errorf("rank %d's rescue address: %w", r, err)
 		}
 		rp.nodes[r], rp.devices[r], rp.buses[r], rp.netMbps[r], rp.addrs[r] = in.node, in.device, in.bus, in.netMbps, in.addr
 	}

@@ -59,7 +59,8 @@ var ErrBadUniqueID = fmt.Errorf("%w: bad unique id", collectives.ErrInvalidArgum
 // process and used by rank 0 in another; the kernel hands ephemeral ports
 // out in turn, so the window in which another program takes it is small.
 func NewUniqueID() (UniqueID, error) {
-	return newUniqueIDOn(os.Getenv(ifnameVar))
+	id, err := newUniqueIDOn(os.Getenv(ifnameVar))
+	return id, libErr(err)
 }
 
 // newUniqueIDOn is NewUniqueID with GOCCL_SOCKET_IFNAME's value given.
@@ -70,7 +71,7 @@ func newUniqueIDOn(ifname string) (UniqueID, error) {
 	}
 	l, err := listenOn(ip)
 	if err != nil {
-		return UniqueID{}, fmt.Errorf("goccl: reserving a bootstrap port: %w", err)
+		return UniqueID{}, fmt.Errorf("reserving a bootstrap port: %w", err)
 	}
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	_ = l.Close()
@@ -82,11 +83,12 @@ func newUniqueIDOn(ifname string) (UniqueID, error) {
 func NewUniqueIDAt(addr netip.AddrPort) (UniqueID, error) {
 	var secret [24]byte
 	if _, err := rand.Read(secret[:]); err != nil {
-		return UniqueID{}, fmt.Errorf("goccl: random magic: %w", err)
+		return UniqueID{}, libErr(fmt.Errorf("random magic: %w", err))
 	}
 	var tok [16]byte
 	copy(tok[:], secret[8:])
-	return makeID(addr, binary.BigEndian.Uint64(secret[:8]), tok)
+	id, err := makeID(addr, binary.BigEndian.Uint64(secret[:8]), tok)
+	return id, libErr(err)
 }
 
 func makeID(addr netip.AddrPort, magic uint64, token [16]byte) (UniqueID, error) {
@@ -160,22 +162,22 @@ func (id UniqueID) String() string { return hex.EncodeToString(id[:]) }
 func ParseUniqueID(s string) (UniqueID, error) {
 	var id UniqueID
 	if len(s) != 2*UniqueIDBytes {
-		return id, fmt.Errorf("%w: %d hex digits, want %d", ErrBadUniqueID, len(s), 2*UniqueIDBytes)
+		return id, libErr(fmt.Errorf("%w: %d hex digits, want %d", ErrBadUniqueID, len(s), 2*UniqueIDBytes))
 	}
 	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return id, fmt.Errorf("%w: %v", ErrBadUniqueID, err)
+		return id, libErr(fmt.Errorf("%w: %v", ErrBadUniqueID, err))
 	}
-	return id, id.check()
+	return id, libErr(id.check())
 }
 
 // UniqueIDFromBytes checks and copies a 128-byte id (as from a C caller).
 func UniqueIDFromBytes(b []byte) (UniqueID, error) {
 	var id UniqueID
 	if len(b) != UniqueIDBytes {
-		return id, fmt.Errorf("%w: %d bytes, want %d", ErrBadUniqueID, len(b), UniqueIDBytes)
+		return id, libErr(fmt.Errorf("%w: %d bytes, want %d", ErrBadUniqueID, len(b), UniqueIDBytes))
 	}
 	copy(id[:], b)
-	return id, id.check()
+	return id, libErr(id.check())
 }
 
 func (id UniqueID) check() error {

@@ -65,7 +65,7 @@ func TestGPUConformanceAcrossNodes(t *testing.T) {
 			require.Equal(t, 0, res.code, "conformance failed:\n%s", res)
 			out := res.stdout + res.stderr
 			for r := range 4 {
-				assert.Regexp(t, fmt.Sprintf(`(?m)^\[%d\].*goccl gpu backend across nodes.*nodes=2`, r), out, "rank %d", r)
+				assert.Regexp(t, fmt.Sprintf(`(?m)^\[%d\].*goccl: gpu backend across nodes.*nodes=2`, r), out, "rank %d", r)
 				assert.Regexp(t, fmt.Sprintf(`(?m)^\[%d\] conformance: rank %d: [1-9]\d* cases, 0 failed$`, r, r), out, "rank %d", r)
 			}
 		})

@@ -69,7 +69,7 @@ func TestConformanceAcrossNodes(t *testing.T) {
 			assert.NotContains(t, res.stdout, "skipped", "the host backend runs every call")
 			for r := 0; r < np; r++ {
 				// The rank really ran across nodes, and checked cases.
-				assert.Regexp(t, fmt.Sprintf(`(?m)^\[%d\].*goccl host backend across nodes.*nodes=%d`, r, tc.nodes), out, "rank %d", r)
+				assert.Regexp(t, fmt.Sprintf(`(?m)^\[%d\].*goccl: host backend across nodes.*nodes=%d`, r, tc.nodes), out, "rank %d", r)
 				m := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] conformance: rank %d: (\d+) cases, 0 failed$`, r, r)).FindStringSubmatch(out)
 				if assert.NotNil(t, m, "rank %d did not report:\n%s", r, res) {
 					n, _ := strconv.Atoi(m[1])
@@ -142,7 +142,7 @@ func TestConformanceAcrossNamespaces(t *testing.T) {
 			err := cmd.Wait()
 			out := outs[r].String()
 			require.NoError(t, err, "rank %d:\n%s", r, out)
-			assert.Contains(t, out, "goccl host backend across nodes", "rank %d", r)
+			assert.Contains(t, out, "goccl: host backend across nodes", "rank %d", r)
 			assert.Regexp(t, fmt.Sprintf(`(?m)^conformance: rank %d: [1-9]\d* cases, 0 failed$`, r), out, "rank %d", r)
 		}
 		require.NoError(t, ctx.Err(), "the job hung")
@@ -173,6 +173,6 @@ func TestConformanceUnderMpirun(t *testing.T) {
 	require.NoError(t, err, "mpirun:\n%s", out)
 	for r := 0; r < 4; r++ {
 		assert.Regexp(t, fmt.Sprintf(`(?m)^conformance: rank %d: [1-9]\d* cases, 0 failed$`, r), string(out), "rank %d", r)
-		assert.Regexp(t, fmt.Sprintf(`goccl host backend across nodes.* rank=%d .*nodes=2`, r), string(out), "rank %d", r)
+		assert.Regexp(t, fmt.Sprintf(`goccl: host backend across nodes.* rank=%d .*nodes=2`, r), string(out), "rank %d", r)
 	}
 }

@@ -117,8 +117,8 @@ func TestInfoText(t *testing.T) {
 				{"GPU3", "SYS", "SYS", "PXB", "X", "56-111,168-223", "1"},
 			},
 			lines: []string{
-				"1 process driving all 4 GPUs: no transport: goccl: no peer access between GPUs: GPU0 (rank 0) cannot access GPU2 (rank 2) over SYS; goccl needs peer access between every pair",
-				"one process per GPU (4 ranks): no transport: goccl: no peer access between GPUs: GPU0 (rank 0) cannot access GPU2 (rank 2) over SYS; goccl needs peer access between every pair",
+				"1 process driving all 4 GPUs: no transport: no peer access between GPUs: GPU0 (rank 0) cannot access GPU2 (rank 2) over SYS; goccl needs peer access between every pair",
+				"one process per GPU (4 ranks): no transport: no peer access between GPUs: GPU0 (rank 0) cannot access GPU2 (rank 2) over SYS; goccl needs peer access between every pair",
 			},
 			absent: []string{"NVLS:"},
 		},
@@ -131,8 +131,8 @@ func TestInfoText(t *testing.T) {
 				{"GPU3", "NODE", "NODE", "NV12", "X", "0-63", "0"},
 			},
 			lines: []string{
-				`one process per GPU (4 ranks): no transport: goccl: invalid argument: GOCCL_TRANSPORT="tcp" (want uva, ipc, vmm, nvls or shm)`,
-				`algorithms: oneshot, twoshot, ll, ce, nvls; goccl: invalid argument: GOCCL_ALGO="ring" (want oneshot, twoshot, ll, ce or nvls)`,
+				`one process per GPU (4 ranks): no transport: invalid argument: GOCCL_TRANSPORT="tcp" (want uva, ipc, vmm, nvls or shm)`,
+				`algorithms: oneshot, twoshot, ll, ce, nvls; invalid argument: GOCCL_ALGO="ring" (want oneshot, twoshot, ll, ce or nvls)`,
 			},
 		},
 	}

@@ -34,7 +34,7 @@ collective per plot.`, stdout, stderr)
 	for _, path := range fs.Args() {
 		r, err := bench.ReadReport(path)
 		if err != nil {
-			return fs.fail("%v", err)
+			return fs.fail("%s", benchMsg(err))
 		}
 		if len(reports) > 0 && r.Collective != reports[0].Collective {
 			return fs.fail("%s is %s, %s is %s: one collective per plot",
@@ -43,7 +43,7 @@ collective per plot.`, stdout, stderr)
 		reports = append(reports, r)
 	}
 	if err := bench.WritePlot(*out, reports...); err != nil {
-		return fs.fail("%v", err)
+		return fs.fail("%s", benchMsg(err))
 	}
 	return 0
 }

@@ -51,7 +51,7 @@ func TestPlotCommand(t *testing.T) {
 		{"svg alone", []string{"-o", svg, ours}, 0, "", svg, "<?xml"},
 		{"no output named", []string{ours}, 2, "usage: goccl plot", "", ""},
 		{"no report", []string{"-o", png}, 2, "usage: goccl plot", "", ""},
-		{"missing report", []string{"-o", png, filepath.Join(dir, "nope.json")}, 1, "nope.json", "", ""},
+		{"missing report", []string{"-o", png, filepath.Join(dir, "nope.json")}, 1, "goccl plot: read " + filepath.Join(dir, "nope.json") + ": open", "", ""},
 		{"report without rows", []string{"-o", png, empty}, 1, "holds no rows", "", ""},
 		{"two collectives", []string{"-o", png, ours, other}, 1, "one collective per plot", "", ""},
 		{"unknown flag", []string{"-x", ours}, 2, "flag provided but not defined", "", ""},
@@ -63,6 +63,7 @@ func TestPlotCommand(t *testing.T) {
 			var stderr bytes.Buffer
 			assert.Equal(t, tc.code, plotCmd(tc.args, &bytes.Buffer{}, &stderr))
 			assert.Contains(t, stderr.String(), tc.stderr)
+			assert.NotContains(t, stderr.String(), "bench:", "one prefix, the command's")
 			if tc.out == "" {
 				return
 			}

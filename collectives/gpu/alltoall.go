@@ -23,7 +23,7 @@ const defaultA2ALL = 64 << 10
 func (be *Backend) setupAllToAll() {
 	fn, err := be.drv.ModuleGetFunction(be.ctx, be.module, "goccl_alltoall_ll")
 	if err != nil {
-		be.log.Debug("gpu backend: one-shot AllToAll off: the kernels lack goccl_alltoall_ll", "rank", be.rank, "err", err)
+		be.log.Debug("goccl: gpu backend: one-shot AllToAll off: the kernels lack goccl_alltoall_ll", "rank", be.rank, "err", err)
 		return
 	}
 	be.a2a = fn

@@ -166,7 +166,7 @@ func (be *Backend) setupCE(ctx context.Context, local uintptr, peers []uintptr, 
 	for r, m := range all {
 		if len(m) != 1 || m[0] != 1 {
 			ce.ok = false
-			be.log.Warn("gpu backend: copy-engine path off (stream memory operations unavailable)", "rank", be.rank, "on_rank", r, "err", probe)
+			be.log.Warn("goccl: gpu backend: copy-engine path off (stream memory operations unavailable)", "rank", be.rank, "on_rank", r, "err", probe)
 			break
 		}
 	}
@@ -179,7 +179,7 @@ func (be *Backend) probeCE() error {
 	// Only the 64-bit operations have an attribute; the 32-bit ones (the v2
 	// entry points) are always there since CUDA 12, so the probe decides.
 	if v, err := drv.DeviceAttribute(be.dev, cuda.AttrCanUse64BitStreamMemOps); err == nil {
-		be.log.Debug("gpu backend: stream memory ops", "rank", be.rank, "64bit", v)
+		be.log.Debug("goccl: gpu backend: stream memory ops", "rank", be.rank, "64bit", v)
 	}
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
@@ -479,11 +479,11 @@ func (be *Backend) rescueCE() {
 	// while it leaves through the abort flag anyway.
 	for _, span := range [2][2]uintptr{{0, ceLandedOff}, {ceLandedOff + 4, ceFlagBytes}} {
 		if err := be.drv.MemsetD32Async(be.ctx, cuda.DevicePtr(ce.local+span[0]), v, uint64(span[1]-span[0])/4, ce.rescue); err != nil {
-			be.log.Warn("gpu backend: abort could not release copy-engine waits", "rank", be.rank, "err", err)
+			be.log.Warn("goccl: gpu backend: abort could not release copy-engine waits", "rank", be.rank, "err", err)
 			return
 		}
 	}
-	be.log.Info("gpu backend: abort released copy-engine waits", "rank", be.rank, "calls", seq)
+	be.log.Info("goccl: gpu backend: abort released copy-engine waits", "rank", be.rank, "calls", seq)
 }
 
 // releaseCE destroys the streams and events (release).

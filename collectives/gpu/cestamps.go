@@ -38,6 +38,6 @@ func (be *Backend) ceStamp(s cuda.Stream, seq uint64, which int) {
 		return
 	}
 	if err := ceStampLaunch(be, s, seq, slot, which); err != nil {
-		be.log.Debug("gpu backend: copy-engine timestamp not enqueued", "rank", be.rank, "call", seq, "which", which, "err", err)
+		be.log.Debug("goccl: gpu backend: copy-engine timestamp not enqueued", "rank", be.rank, "call", seq, "which", which, "err", err)
 	}
 }

@@ -121,14 +121,14 @@ func (be *Backend) setupFuse() error {
 			name := "goccl_fused_allreduce_ll_" + typeNames[dt] + "_" + opNames[op]
 			fn, err := be.drv.ModuleGetFunction(be.ctx, be.module, name)
 			if err != nil {
-				be.log.Debug("gpu backend: group fusion off: the kernels lack "+name, "rank", be.rank, "err", err)
+				be.log.Debug("goccl: gpu backend: group fusion off: the kernels lack "+name, "rank", be.rank, "err", err)
 				return nil
 			}
 			st.fns[dt][op] = fn
 		}
 	}
 	if st.ring, st.ringDev, err = be.pinned(fuseRingBytes); err != nil {
-		be.log.Warn("gpu backend: group fusion off: descriptor ring", "rank", be.rank, "err", err)
+		be.log.Warn("goccl: gpu backend: group fusion off: descriptor ring", "rank", be.rank, "err", err)
 		return nil
 	}
 	clear(unsafe.Slice((*byte)(st.ring), fuseRingBytes))
@@ -158,7 +158,7 @@ func (be *Backend) growArena() bool {
 	st := &be.fuse
 	h, d, err := be.pinned(fuseArenaBytes)
 	if err != nil {
-		be.log.Warn("gpu backend: group fusion: capture storage", "rank", be.rank, "err", err)
+		be.log.Warn("goccl: gpu backend: group fusion: capture storage", "rank", be.rank, "err", err)
 		return false
 	}
 	st.arenas = append(st.arenas, fuseArena{host: h, dev: d})
@@ -391,11 +391,11 @@ func (be *Backend) runColls(ctx context.Context, colls []collectives.Args) error
 	}
 	be.fuse.groupLaunches = launches
 	if fused > 0 && !be.fuse.told.Swap(true) {
-		be.log.Info("gpu backend: group fusion: a group's collectives fused", "rank", be.rank,
+		be.log.Info("goccl: gpu backend: group fusion: a group's collectives fused", "rank", be.rank,
 			"collectives", len(colls), "launches", launches)
 	}
 	if be.log.Enabled(ctx, levelTrace) {
-		be.log.Log(ctx, levelTrace, "gpu backend: group", "rank", be.rank, "collectives", len(colls), "launches", launches)
+		be.log.Log(ctx, levelTrace, "goccl: gpu backend: group", "rank", be.rank, "collectives", len(colls), "launches", launches)
 	}
 	return nil
 }

@@ -289,8 +289,8 @@ func TestGroupFusionLogsLaunches(t *testing.T) {
 	require.NoError(t, bes[0].RunGroup(context.Background(), &collectives.Group{Colls: colls}))
 	require.NoError(t, bes[0].RunGroup(context.Background(), &collectives.Group{Colls: colls}))
 	out := buf.String()
-	assert.Equal(t, 1, strings.Count(out, "level=INFO msg=\"gpu backend: group fusion"), out)
-	assert.Equal(t, 2, strings.Count(out, "level=DEBUG-4 msg=\"gpu backend: group\" rank=0 collectives=3 launches=2"), out)
+	assert.Equal(t, 1, strings.Count(out, "level=INFO msg=\"goccl: gpu backend: group fusion"), out)
+	assert.Equal(t, 2, strings.Count(out, "level=DEBUG-4 msg=\"goccl: gpu backend: group\" rank=0 collectives=3 launches=2"), out)
 }
 
 // A warm group of eight small AllReduces allocates nothing on its way to

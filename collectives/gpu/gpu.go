@@ -225,7 +225,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if err = b.Barrier(ctx); err != nil {
 		return nil, fmt.Errorf("gpu backend: init barrier: %w", err)
 	}
-	be.log.Info("gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
+	be.log.Info("goccl: gpu backend ready", "rank", be.rank, "nranks", nranks, "device", cfg.Device,
 		"transport", name, "algo", string(forced), "staging", staging, "copy_engines", be.ce.ok, "nvls", be.nv.ok)
 	return be, nil
 }

@@ -212,7 +212,7 @@ func newMulti(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg C
 	if !m.equal {
 		how = "flat over NCCL (nodes of unequal size)"
 	}
-	m.log.Info("goccl gpu backend across nodes", "rank", m.rank, "nranks", m.n, "nodes", m.K,
+	m.log.Info("goccl: gpu backend across nodes", "rank", m.rank, "nranks", m.n, "nodes", m.K,
 		"layout", layout, "between nodes", m.eng.Describe(), "collectives", how)
 	return m, nil
 }
@@ -384,7 +384,7 @@ func (m *multi) start() {
 // the caller's goroutine, the NCCL communicators.
 func (m *multi) fail(err error) error {
 	if m.failure.CompareAndSwap(nil, &err) {
-		m.log.Info("goccl gpu backend aborting", "rank", m.rank, "err", err)
+		m.log.Info("goccl: gpu backend aborting", "rank", m.rank, "err", err)
 		if m.local != nil {
 			m.local.Abort(err)
 		}

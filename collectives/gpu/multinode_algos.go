@@ -259,7 +259,7 @@ func (m *multi) reduce(ctx context.Context, a *collectives.Args) error {
 func (m *multi) runFlat(a *collectives.Args) error {
 	if !m.flatLog && !m.equal {
 		m.flatLog = true
-		m.log.Info("goccl gpu backend: collectives run flat over NCCL: the nodes hold unequal numbers of ranks",
+		m.log.Info("goccl: gpu backend: collectives run flat over NCCL: the nodes hold unequal numbers of ranks",
 			"rank", m.rank, "layout", m.describe())
 	}
 	dt, op := nt(a)
@@ -274,7 +274,7 @@ func (m *multi) runFlat(a *collectives.Args) error {
 		op = sop
 		defer func() {
 			if err := m.flat.DestroyOp(sop); err != nil {
-				m.log.Warn("goccl gpu backend: ncclRedOpDestroy", "rank", m.rank, "err", err)
+				m.log.Warn("goccl: gpu backend: ncclRedOpDestroy", "rank", m.rank, "err", err)
 			}
 		}()
 	}

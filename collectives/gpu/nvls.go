@@ -124,9 +124,9 @@ func (be *Backend) NVLS() (on bool, reason string) { return be.nv.ok, be.nv.reas
 func (be *Backend) setupNVLS(ctx context.Context) error {
 	nv := &be.nv
 	defer func() {
-		be.log.Info("gpu backend: nvls decision", "rank", be.rank, "nvls", nv.ok, "reason", nv.reason)
+		be.log.Info("goccl: gpu backend: nvls decision", "rank", be.rank, "nvls", nv.ok, "reason", nv.reason)
 		if be.forced == collectives.NVLS && !nv.ok {
-			be.log.Warn("gpu backend: GOCCL_ALGO=nvls but NVLS is off; using the other kernels", "rank", be.rank, "reason", nv.reason)
+			be.log.Warn("goccl: gpu backend: GOCCL_ALGO=nvls but NVLS is off; using the other kernels", "rank", be.rank, "reason", nv.reason)
 		}
 	}()
 	if be.nranks < nvls.MinRanks {
@@ -137,7 +137,7 @@ func (be *Backend) setupNVLS(ctx context.Context) error {
 	// the bootstrap sees the same sequence of calls on every rank.
 	facts, err := nvls.Probe(be.drv, be.dev, nil)
 	if err != nil {
-		be.log.Warn("gpu backend: nvls probe failed; counting this device as without multicast", "rank", be.rank, "err", err)
+		be.log.Warn("goccl: gpu backend: nvls probe failed; counting this device as without multicast", "rank", be.rank, "err", err)
 		facts.Multicast = false
 	}
 	ok, why, err := nvls.Agree(ctx, be.boot, facts)
@@ -156,7 +156,7 @@ func (be *Backend) setupNVLS(ctx context.Context) error {
 		if errors.As(err, &se) {
 			rank, step = se.Rank, se.Step
 		}
-		be.log.Warn("gpu backend: nvls setup failed; every rank continues without NVLS",
+		be.log.Warn("goccl: gpu backend: nvls setup failed; every rank continues without NVLS",
 			"rank", be.rank, "failed_rank", rank, "step", string(step), "err", err)
 		nv.reason = fmt.Sprintf("setup failed on rank %d at %s", rank, step)
 		return nil
@@ -173,10 +173,10 @@ func (be *Backend) setupNVLS(ctx context.Context) error {
 	}
 	if fail != nil {
 		nv.fns = [numNVLSKinds][numTypes][numOps]cuda.Function{}
-		be.log.Warn("gpu backend: nvls team not usable; every rank continues without NVLS",
+		be.log.Warn("goccl: gpu backend: nvls team not usable; every rank continues without NVLS",
 			"rank", be.rank, "failed_rank", fail.rank, "step", fail.step, "err", fail.text)
 		if cerr := region.Close(ctx); cerr != nil {
-			be.log.Warn("gpu backend: nvls teardown after a failed start", "rank", be.rank, "err", cerr)
+			be.log.Warn("goccl: gpu backend: nvls teardown after a failed start", "rank", be.rank, "err", cerr)
 		}
 		nv.reason = fmt.Sprintf("setup failed on rank %d at %s", fail.rank, fail.step)
 		return nil
@@ -287,7 +287,7 @@ func (be *Backend) pickNVLS(a *collectives.Args, bytes int64) cuda.Function {
 	}
 	fn := be.nv.fns[k][a.Type][a.Op]
 	if fn == 0 && forced && !be.nv.warned.Swap(true) {
-		be.log.Warn("gpu backend: GOCCL_ALGO=nvls: multimem cannot reduce this type and op; using the other kernels",
+		be.log.Warn("goccl: gpu backend: GOCCL_ALGO=nvls: multimem cannot reduce this type and op; using the other kernels",
 			"rank", be.rank, "collective", a.Coll.String(), "type", a.Type.String(), "op", a.Op.String())
 	}
 	return fn

@@ -88,7 +88,7 @@ func (be *Backend) setupStamps(n int) error {
 func (be *Backend) setupStampKernel() {
 	fn, err := be.drv.ModuleGetFunction(be.ctx, be.module, "goccl_stamp")
 	if err != nil {
-		be.log.Debug("gpu backend: no timestamps around copy-engine calls: the kernels lack goccl_stamp", "rank", be.rank, "err", err)
+		be.log.Debug("goccl: gpu backend: no timestamps around copy-engine calls: the kernels lack goccl_stamp", "rank", be.rank, "err", err)
 		return
 	}
 	be.stamps.fn = fn

@@ -70,12 +70,12 @@ const (
 
 // cmaSettings reads the mode and the threshold: Config.CMAMin when set
 // (negative: off; positive: on, from that size), else GOCCL_HOST_CMA (1:
-// on) and GOCCL_HOST_CMA_MIN (a size such as 1M). GOCCL_HOST_CMA=0 turns
-// it off whatever the configuration says: it is the way out when the
-// path misbehaves.
+// on) and GOCCL_HOST_CMA_MIN (a size such as 1M), from Config.Env.
+// GOCCL_HOST_CMA=0 turns it off whatever the configuration says: it is
+// the way out when the path misbehaves.
 func cmaSettings(cfg Config) (mode, min int, err error) {
 	mode, min = cmaAuto, defaultCMAMin
-	if v := strings.TrimSpace(os.Getenv("GOCCL_HOST_CMA")); v != "" {
+	if v := strings.TrimSpace(cfg.getenv("GOCCL_HOST_CMA")); v != "" {
 		on, err := strconv.ParseBool(v)
 		if err != nil {
 			return cmaBad, 0, fmt.Errorf("%w: GOCCL_HOST_CMA=%q (want 0 or 1)", collectives.ErrInvalidArgument, v)
@@ -85,7 +85,7 @@ func cmaSettings(cfg Config) (mode, min int, err error) {
 			mode = cmaOn
 		}
 	}
-	if v := os.Getenv("GOCCL_HOST_CMA_MIN"); v != "" {
+	if v := cfg.getenv("GOCCL_HOST_CMA_MIN"); v != "" {
 		n, err := parseBytes(v)
 		if err != nil || n <= 0 {
 			return cmaBad, 0, fmt.Errorf("%w: GOCCL_HOST_CMA_MIN=%q (want a positive size such as 1M)", collectives.ErrInvalidArgument, v)
@@ -222,7 +222,7 @@ func cmaSetup(ctx context.Context, b transport.Bootstrap, cfg Config) (*cma, err
 		}
 	}
 	if why != "" {
-		cfg.Logger.Debug("goccl host backend: single copy off, large calls go through staging", "rank", rank, "why", why)
+		cfg.Logger.Debug("goccl: host backend: single copy off, large calls go through staging", "rank", rank, "why", why)
 		return nil, nil
 	}
 	c.chunk = max(cmaBounce/n/lineBytes*lineBytes, 16<<10)

@@ -50,6 +50,19 @@ type Config struct {
 	// memory inside each node and UCX between them (multinode.go); nil
 	// or one node: shared memory only, and UCX is never loaded.
 	Nodes []string
+	// Env holds the GOCCL_* settings the backend reads (GOCCL_ALGO,
+	// GOCCL_TIMEOUT, GOCCL_HOST_CMA, GOCCL_HOST_CMA_MIN) in place of the
+	// process environment, as comm's Options.Env does; nil: the process
+	// environment.
+	Env map[string]string
+}
+
+// getenv reads setting k from Env, else from the process environment.
+func (c Config) getenv(k string) string {
+	if c.Env != nil {
+		return c.Env[k]
+	}
+	return os.Getenv(k)
 }
 
 const (
@@ -64,7 +77,7 @@ const (
 func (c Config) resolve(nranks int) (Config, error) {
 	fromEnv := c.Algo == ""
 	if fromEnv {
-		c.Algo = os.Getenv("GOCCL_ALGO")
+		c.Algo = c.getenv("GOCCL_ALGO")
 	}
 	algo, err := collectives.ParseAlgorithm(c.Algo)
 	if err != nil {
@@ -87,7 +100,7 @@ func (c Config) resolve(nranks int) (Config, error) {
 	c.Algo = string(algo)
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout
-		if s := os.Getenv("GOCCL_TIMEOUT"); s != "" {
+		if s := c.getenv("GOCCL_TIMEOUT"); s != "" {
 			if c.Timeout, err = parseTimeout(s); err != nil {
 				return c, err
 			}

@@ -128,7 +128,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	case spins == 0:
 		wait = "nap, then futex (more ranks than CPUs)"
 	}
-	cfg.Logger.Info("goccl host backend ready", "rank", rank, "nranks", n,
+	cfg.Logger.Info("goccl: host backend ready", "rank", rank, "nranks", n,
 		"transport", "shm to every peer (memfd mapped by each rank)", "algo", algo,
 		"staging", fmt.Sprintf("2 x %d B per rank", half), "large calls", xma.describe(), "wait", wait, "timeout", cfg.Timeout)
 	return be, nil

@@ -120,7 +120,7 @@ func newMulti(ctx context.Context, b transport.Bootstrap, cfg Config) (collectiv
 	if !m.equal {
 		how = "flat AllReduce, ReduceScatter and AllGather over UCX (nodes of unequal size)"
 	}
-	rcfg.Logger.Info("goccl host backend across nodes", "rank", rank, "nranks", n, "nodes", len(m.members),
+	rcfg.Logger.Info("goccl: host backend across nodes", "rank", rank, "nranks", n, "nodes", len(m.members),
 		"layout", layout, "inside a node", "shm", "between nodes", "UCX "+ucx.Version(), "algorithms", how)
 	return m, nil
 }
@@ -218,7 +218,7 @@ func (m *multi) fromUCX(err error) error {
 // backend, so that this node's ranks stop waiting too.
 func (m *multi) fail(err error) error {
 	if m.failure.CompareAndSwap(nil, &err) {
-		m.cfg.Logger.Info("goccl host backend aborting", "rank", m.rank, "err", err)
+		m.cfg.Logger.Info("goccl: host backend aborting", "rank", m.rank, "err", err)
 		if m.local != nil {
 			// The node's ranks learn the error through shared memory,
 			// which names ranks by their index on the node.

@@ -60,7 +60,7 @@ func (m *multi) run(ctx context.Context, a *collectives.Args) error {
 		if !m.equal {
 			why = "nodes of unequal size"
 		}
-		m.cfg.Logger.Info("goccl host backend: flat path across nodes (logged once)", "rank", m.rank, "call", a.Coll.String(), "why", why)
+		m.cfg.Logger.Info("goccl: host backend: flat path across nodes (logged once)", "rank", m.rank, "call", a.Coll.String(), "why", why)
 	}
 	esz := a.Type.Size()
 	cb := a.Count * esz

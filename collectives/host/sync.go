@@ -277,7 +277,7 @@ func (b *backend) fail(err error) error {
 	if b.failure.CompareAndSwap(nil, &err) {
 		// The error reaches the caller of every call from here on; a
 		// WARN line per rank would only repeat it.
-		b.cfg.Logger.Info("goccl host backend aborting", "rank", b.rank, "err", err)
+		b.cfg.Logger.Info("goccl: host backend aborting", "rank", b.rank, "err", err)
 		b.amu.Lock()
 		if !b.unmapped {
 			// Name the rank that failed, not the one that noticed: when

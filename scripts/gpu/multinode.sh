@@ -29,7 +29,7 @@ conf() {
   cases=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*: ([0-9]+) cases.*/\1/' | awk '{s+=$1} END {print s+0}')
   failed=$(grep -E 'conformance: rank [0-9]+: [0-9]+ cases' "$log" | sed -E 's/.*cases, ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
   ranks=$(grep -cE 'conformance: rank [0-9]+: [1-9][0-9]* cases, 0 failed' "$log")
-  across=$(grep -c 'goccl gpu backend across nodes' "$log")
+  across=$(grep -c 'goccl: gpu backend across nodes' "$log")
   [ "$rc" = 0 ] && [ "$ranks" = "$np" ] && [ "$across" = "$np" ] || bad=1
   rows+=("$(printf '%-40s %7s %7s %4s %6s %6s %5ss' "$name" "$cases" "$failed" "$rc" "$ranks/$np" "$across" $((SECONDS - t0)))")
 }

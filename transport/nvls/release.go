@@ -71,6 +71,6 @@ func (g *Region) Close(ctx context.Context) error {
 	if err := res.release(); err != nil {
 		errs = append(errs, err)
 	}
-	g.log.Debug("nvls team closed", "errors", len(errs))
+	g.log.Debug("goccl: nvls team closed", "errors", len(errs))
 	return errors.Join(errs...)
 }

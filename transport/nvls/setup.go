@@ -97,7 +97,7 @@ func Setup(ctx context.Context, b transport.Bootstrap, cfg Config) (*Region, err
 		return nil, stepErr(me, StepAgreeSize, err)
 	}
 	res.size = size
-	log.Debug("nvls size agreed", "requested", cfg.Size, "size", size, "align", align)
+	log.Debug("goccl: nvls size agreed", "requested", cfg.Size, "size", size, "align", align)
 
 	// Phase 2: rank 0 creates the multicast object and exports its fd.
 	lerr = nil
@@ -126,7 +126,7 @@ func Setup(ctx context.Context, b transport.Bootstrap, cfg Config) (*Region, err
 	if _, err := agree(ctx, b, lerr, nil); err != nil {
 		return nil, fail(res, err)
 	}
-	log.Debug("nvls team ready", "multicast", uintptr(res.mcVA), "unicast", uintptr(res.ucVA))
+	log.Debug("goccl: nvls team ready", "multicast", uintptr(res.mcVA), "unicast", uintptr(res.ucVA))
 	return &Region{
 		Size: size, Align: align, Multicast: res.mcVA, Unicast: res.ucVA,
 		Rank: me, NRanks: n, b: b, res: res, log: log,
