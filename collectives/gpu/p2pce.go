@@ -399,7 +399,7 @@ func (be *Backend) rescueP2PCE() {
 	local := be.pceArea(be.rank)
 	set := func(at uintptr, v uint32, words uint64) bool {
 		if err := be.drv.MemsetD32Async(be.ctx, cuda.DevicePtr(at), v+ceRescue, words, be.ce.rescue); err != nil {
-			be.log.Warn("gpu backend: abort could not release copy-engine point-to-point waits", "rank", be.rank, "err", err)
+			be.log.Warn("goccl: gpu backend: abort could not release copy-engine point-to-point waits", "rank", be.rank, "err", err)
 			return false
 		}
 		return true
@@ -419,6 +419,6 @@ func (be *Backend) rescueP2PCE() {
 		released = released || sk|rk|sn|rn != 0
 	}
 	if released {
-		be.log.Info("gpu backend: abort released copy-engine point-to-point waits", "rank", be.rank)
+		be.log.Info("goccl: gpu backend: abort released copy-engine point-to-point waits", "rank", be.rank)
 	}
 }

@@ -152,7 +152,7 @@ func (be *Backend) pceGrowHost(n int) error {
 	}
 	if pc.host != nil {
 		if err := be.drv.MemFreeHost(be.ctx, pc.host); err != nil {
-			be.log.Warn("gpu backend: free the offer read-back", "rank", be.rank, "err", err)
+			be.log.Warn("goccl: gpu backend: free the offer read-back", "rank", be.rank, "err", err)
 		}
 	}
 	pc.host, pc.hostOps = h, n
