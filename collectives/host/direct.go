@@ -50,6 +50,10 @@ const (
 	// directChunk is what a rank reduces before writing it out: it stays
 	// in L2 while it goes to every rank.
 	directChunk = 64 << 10
+
+	// gr_reduce_out's flags (reduce_simd.h's GR_OUT_*).
+	grOutNT       = 1 // outputs written around the caches
+	grOutPrefetch = 2 // the next chunk's sources prefetched meanwhile
 )
 
 // directMin is the smallest call (count × element size) that probes the
@@ -174,20 +178,55 @@ func copyBytes(dst, src []byte) { copy(dst, src) }
 func (b *backend) directAllReduce(a *collectives.Args) {
 	total := a.Count * a.Type.Size()
 	lo, hi := span(total, b.n, b.rank)
+	if hi <= lo {
+		return
+	}
+	// Peers first, starting after this rank: ranks spread their writes
+	// over the buffers rather than all writing one.
+	outs, srcs := b.directPtrs()
+	for i := 1; i <= b.n; i++ {
+		outs[i-1] = b.drecv[(b.rank+i)%b.n] + uintptr(lo)
+	}
+	for q := 0; q < b.n; q++ {
+		srcs[q] = b.dsend[q] + uintptr(lo)
+	}
+	b.directReduce(a, outs, srcs, hi-lo, total)
+}
+
+// directPtrs is the reused lists of a call's outputs and sources.
+func (b *backend) directPtrs() (outs, srcs []uintptr) {
+	if len(b.dptrs) < 2*b.n {
+		b.dptrs = make([]uintptr, 2*b.n) // once per backend
+	}
+	return b.dptrs[:b.n], b.dptrs[b.n : 2*b.n]
+}
+
+// directReduce reduces n bytes of every source into every output, chunk by
+// chunk through b.dtmp (a chunk is reduced whole before it is written, so
+// an output may be a source), around the caches for calls of total bytes
+// from ntMinBytes: in C where (type, op) has a vector kernel, with the next
+// chunk's sources prefetched while the reduced one goes out
+// (reduce_out.c), else in Go.
+func (b *backend) directReduce(a *collectives.Args, outs, srcs []uintptr, n, total int) {
+	flags := grOutPrefetch
+	if total >= ntMinBytes {
+		flags |= grOutNT
+	}
+	if reduceOut(a.Type, a.Op, outs, srcs, n, b.n, b.dtmp, directChunk, flags) {
+		return
+	}
 	red, out := reducer(a.Type, a.Op), outFor(total)
-	for x := lo; x < hi; x += directChunk {
-		m := min(directChunk, hi-x)
-		srcs := b.srcs[:0]
-		for q := 0; q < b.n; q++ {
-			srcs = append(srcs, hostBytes(b.dsend[q]+uintptr(x), m))
+	for x := 0; x < n; x += directChunk {
+		m := min(directChunk, n-x)
+		in := b.srcs[:0]
+		for _, s := range srcs {
+			in = append(in, hostBytes(s+uintptr(x), m))
 		}
+		b.srcs = in
 		tmp := b.dtmp[:m]
-		red(tmp, srcs, b.n, &b.sc)
-		// Peers first, starting after this rank: ranks spread their
-		// writes over the buffers rather than all writing one.
-		for i := 1; i <= b.n; i++ {
-			q := (b.rank + i) % b.n
-			out(hostBytes(b.drecv[q]+uintptr(x), m), tmp)
+		red(tmp, in, b.n, &b.sc)
+		for _, o := range outs {
+			out(hostBytes(o+uintptr(x), m), tmp)
 		}
 	}
 }
@@ -226,17 +265,14 @@ func (b *backend) directBroadcast(a *collectives.Args) {
 // the output is this rank's block of its input).
 func (b *backend) directReduceScatter(a *collectives.Args) {
 	total := a.Count * a.Type.Size()
-	at := uintptr(b.rank * total)
-	red, out := reducer(a.Type, a.Op), outFor(total)
-	recv := hostBytes(a.Recv, total)
-	for x := 0; x < total; x += directChunk {
-		m := min(directChunk, total-x)
-		srcs := b.srcs[:0]
-		for q := 0; q < b.n; q++ {
-			srcs = append(srcs, hostBytes(b.dsend[q]+at+uintptr(x), m))
-		}
-		tmp := b.dtmp[:m]
-		red(tmp, srcs, b.n, &b.sc)
-		out(recv[x:x+m], tmp)
+	if total == 0 {
+		return
 	}
+	at := uintptr(b.rank * total)
+	outs, srcs := b.directPtrs()
+	outs[0] = a.Recv
+	for q := 0; q < b.n; q++ {
+		srcs[q] = b.dsend[q] + at
+	}
+	b.directReduce(a, outs[:1], srcs, total, total)
 }

@@ -47,6 +47,7 @@ type backend struct {
 	dsend    []uintptr  // every rank's send buffer, as mapped here
 	drecv    []uintptr  // every rank's receive buffer
 	dtmp     []byte     // a reduced chunk on its way to every rank
+	dptrs    []uintptr  // a call's outputs then sources, offset to this rank's part
 
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
