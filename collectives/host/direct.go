@@ -13,7 +13,7 @@ import (
 // themselves, through every rank's mappings of every peer's memory, with
 // no staging: AllReduce has each rank reduce its part (span's) reading all
 // n inputs and write the reduced chunk, while it is in cache, into all n
-// receive buffers; AllGather has each rank write its input into every
+// receive buffers (prefetching the next chunk's inputs meanwhile); AllGather has each rank write its input into every
 // rank's receive buffer; Broadcast has each rank copy the root's input;
 // ReduceScatter has each rank reduce its block from all n inputs. Each
 // rank reads and writes as many bytes as a memcpy of the call would.
@@ -29,10 +29,11 @@ import (
 // the last one what keeps a rank from returning while peers still read
 // its input or write its output.
 //
+// Reduce is AllReduce's reduction written to the root's output only.
+//
 // Calls probe only while allocations are live, from directMin bytes, and
-// only for the four
-// collectives above (Reduce and PreMulSum, whose inputs are scaled into
-// private memory first, take the ordinary path); allocations are
+// only for the five collectives above (PreMulSum, whose inputs are scaled
+// into private memory first, takes the ordinary path); allocations are
 // collective, so every rank probes alike, and the descriptor's flag byte
 // makes ranks that do not fail the call rather than misread each other.
 
@@ -43,7 +44,7 @@ const (
 	offDirect = 384
 
 	tagNone   = 0
-	tagUnused = ^uint64(0) // a buffer the call does not read (Broadcast's send off the root)
+	tagUnused = ^uint64(0) // a buffer the call does not touch (Broadcast's send, Reduce's receive, off the root)
 
 	descDirect = 1 // the descriptor's flag byte of a call that probes
 
@@ -73,7 +74,7 @@ func (b *backend) directProbes(a *collectives.Args) bool {
 		return false
 	}
 	switch a.Coll {
-	case collectives.AllReduce, collectives.AllGather, collectives.Broadcast, collectives.ReduceScatter:
+	case collectives.AllReduce, collectives.AllGather, collectives.Broadcast, collectives.ReduceScatter, collectives.Reduce:
 		return true
 	}
 	return false
@@ -97,6 +98,9 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 		sendTag, sendOff = tagUnused, 0
 	}
 	recvTag, recvOff := b.tagOf(a.Recv, a.RecvBytes(b.n))
+	if a.Coll == collectives.Reduce && b.rank != a.Root {
+		recvTag, recvOff = tagUnused, 0
+	}
 	w := b.dwords[b.rank]
 	atomic.StoreUint64(&w[0], sendTag)
 	atomic.StoreUint64(&w[1], sendOff)
@@ -140,6 +144,8 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 		b.directBroadcast(a)
 	case collectives.ReduceScatter:
 		b.directReduceScatter(a)
+	case collectives.Reduce:
+		b.directReduceRoot(a)
 	}
 	return true, b.barrier(ctx)
 }
@@ -229,6 +235,22 @@ func (b *backend) directReduce(a *collectives.Args, outs, srcs []uintptr, n, tot
 			out(hostBytes(o+uintptr(x), m), tmp)
 		}
 	}
+}
+
+// directReduceRoot is Reduce: this rank's part, as in directAllReduce,
+// written to the root's output only.
+func (b *backend) directReduceRoot(a *collectives.Args) {
+	total := a.Count * a.Type.Size()
+	lo, hi := span(total, b.n, b.rank)
+	if hi <= lo {
+		return
+	}
+	outs, srcs := b.directPtrs()
+	outs[0] = b.drecv[a.Root] + uintptr(lo)
+	for q := 0; q < b.n; q++ {
+		srcs[q] = b.dsend[q] + uintptr(lo)
+	}
+	b.directReduce(a, outs[:1], srcs, hi-lo, total)
 }
 
 // directAllGather: this rank's input, chunk by chunk, into its block of
