@@ -31,17 +31,22 @@ import (
 //
 // Reduce is AllReduce's reduction written to the root's output only.
 //
+// PreMulSum publishes each rank's scalar with its buffers, and the ranks
+// that reduce scale every rank's chunk with that rank's scalar into
+// private memory before summing it (the ordinary path scales each rank's
+// whole input first): the products and the sums are the same.
+//
 // Calls probe only while allocations are live, from directMin bytes, and
-// only for the five collectives above (PreMulSum, whose inputs are scaled
-// into private memory first, takes the ordinary path); allocations are
+// only for the five collectives above; allocations are
 // collective, so every rank probes alike, and the descriptor's flag byte
 // makes ranks that do not fail the call rather than misread each other.
 
 const (
 	// offDirect is where a rank publishes its call's buffer places: send
 	// tag and offset, receive tag and offset (a tag is an allocation's
-	// number plus one, tagNone, or tagUnused).
-	offDirect = 384
+	// number plus one, tagNone, or tagUnused), then PreMulSum's scalar.
+	offDirect   = 384
+	directWords = 5
 
 	tagNone   = 0
 	tagUnused = ^uint64(0) // a buffer the call does not touch (Broadcast's send, Reduce's receive, off the root)
@@ -106,6 +111,9 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 	atomic.StoreUint64(&w[1], sendOff)
 	atomic.StoreUint64(&w[2], recvTag)
 	atomic.StoreUint64(&w[3], recvOff)
+	if a.Op == collectives.PreMulSum {
+		atomic.StoreUint64(&w[4], scalarBits(a))
+	}
 	b.descFlag = descDirect
 	first := true
 	err = b.sync(ctx, a, &first)
@@ -130,6 +138,14 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 			return true, b.fail(err)
 		}
 		b.dsend[q], b.drecv[q] = s, r
+	}
+	if a.Op == collectives.PreMulSum && a.Coll.Reduces() {
+		if len(b.dmul) < b.n {
+			b.dmul = make([]premul, b.n) // once per backend
+		}
+		for q := 0; q < b.n; q++ {
+			b.dmul[q].set(atomic.LoadUint64(&b.dwords[q][4]), a.Type)
+		}
 	}
 	b.last = collectives.Path{Transport: "shm-direct"}
 	if directHook != nil {
@@ -218,15 +234,28 @@ func (b *backend) directReduce(a *collectives.Args, outs, srcs []uintptr, n, tot
 	if total >= ntMinBytes {
 		flags |= grOutNT
 	}
-	if reduceOut(a.Type, a.Op, outs, srcs, n, b.n, b.dtmp, directChunk, flags) {
+	premul := a.Op == collectives.PreMulSum
+	if !premul && reduceOut(a.Type, a.Op, outs, srcs, n, b.n, b.dtmp, directChunk, flags) {
 		return
 	}
 	red, out := reducer(a.Type, a.Op), outFor(total)
+	if premul {
+		red = reducer(a.Type, collectives.Sum)
+		if len(b.dscaled) < b.n*directChunk {
+			b.dscaled = make([]byte, b.n*directChunk) // once per backend
+		}
+	}
 	for x := 0; x < n; x += directChunk {
 		m := min(directChunk, n-x)
 		in := b.srcs[:0]
-		for _, s := range srcs {
-			in = append(in, hostBytes(s+uintptr(x), m))
+		for q, s := range srcs {
+			v := hostBytes(s+uintptr(x), m)
+			if premul {
+				d := b.dscaled[q*directChunk : q*directChunk+m]
+				scalers[a.Type](d, v, &b.dmul[q])
+				v = d
+			}
+			in = append(in, v)
 		}
 		b.srcs = in
 		tmp := b.dtmp[:m]

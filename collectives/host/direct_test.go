@@ -68,8 +68,8 @@ var directCounts = []int{0, 1, 7, 4095, 1<<20 + 3}
 
 // TestDirectAllReduce checks every type and op of AllReduce on buffers
 // from Alloc, in and out of place, against the reference, and that the
-// call took the direct path (PreMulSum scales its input into private
-// memory first, so it takes the ordinary one, rightly).
+// call took the direct path (PreMulSum, which needs scalars:
+// TestDirectPreMulSum).
 func TestDirectAllReduce(t *testing.T) {
 	directAlways(t)
 	for _, n := range []int{2, 3} {
@@ -86,7 +86,7 @@ func TestDirectAllReduce(t *testing.T) {
 						for _, inPlace := range []bool{false, true} {
 							c := call{coll: collectives.AllReduce, dt: dt, op: op, count: count, inPlace: inPlace}
 							require.NoError(t, j.verify(c))
-							if count > 0 && op != collectives.PreMulSum {
+							if count > 0 {
 								require.Equal(t, same(n, "shm-direct"), j.lastTransports(), "%v", c)
 							}
 						}
@@ -118,7 +118,7 @@ func TestDirectOthers(t *testing.T) {
 // TestDirectReduce checks every type and op of Reduce on buffers from
 // Alloc, at every root, in and out of place, against the reference (the
 // non-roots' outputs left as they were), and that the call took the
-// direct path (PreMulSum aside, as in TestDirectAllReduce).
+// direct path (PreMulSum: TestDirectPreMulSum).
 func TestDirectReduce(t *testing.T) {
 	directAlways(t)
 	for _, n := range []int{2, 3} {
@@ -136,7 +136,7 @@ func TestDirectReduce(t *testing.T) {
 							for _, inPlace := range []bool{false, true} {
 								c := call{coll: collectives.Reduce, dt: dt, op: op, count: count, root: root, inPlace: inPlace}
 								require.NoError(t, j.verify(c))
-								if count > 0 && op != collectives.PreMulSum {
+								if count > 0 {
 									require.Equal(t, same(n, "shm-direct"), j.lastTransports(), "%v", c)
 								}
 							}
