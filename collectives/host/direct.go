@@ -13,7 +13,7 @@ import (
 // themselves, through every rank's mappings of every peer's memory, with
 // no staging: AllReduce has each rank reduce its part (span's) reading all
 // n inputs and write the reduced chunk, while it is in cache, into all n
-// receive buffers; AllGather has each rank write its input into every
+// receive buffers (prefetching the next chunk's inputs meanwhile); AllGather has each rank write its input into every
 // rank's receive buffer; Broadcast has each rank copy the root's input;
 // ReduceScatter has each rank reduce its block from all n inputs. Each
 // rank reads and writes as many bytes as a memcpy of the call would.
@@ -29,27 +29,37 @@ import (
 // the last one what keeps a rank from returning while peers still read
 // its input or write its output.
 //
+// Reduce is AllReduce's reduction written to the root's output only.
+//
+// PreMulSum publishes each rank's scalar with its buffers, and the ranks
+// that reduce scale every rank's chunk with that rank's scalar into
+// private memory before summing it (the ordinary path scales each rank's
+// whole input first): the products and the sums are the same.
+//
 // Calls probe only while allocations are live, from directMin bytes, and
-// only for the four
-// collectives above (Reduce and PreMulSum, whose inputs are scaled into
-// private memory first, take the ordinary path); allocations are
+// only for the five collectives above; allocations are
 // collective, so every rank probes alike, and the descriptor's flag byte
 // makes ranks that do not fail the call rather than misread each other.
 
 const (
 	// offDirect is where a rank publishes its call's buffer places: send
 	// tag and offset, receive tag and offset (a tag is an allocation's
-	// number plus one, tagNone, or tagUnused).
-	offDirect = 384
+	// number plus one, tagNone, or tagUnused), then PreMulSum's scalar.
+	offDirect   = 384
+	directWords = 5
 
 	tagNone   = 0
-	tagUnused = ^uint64(0) // a buffer the call does not read (Broadcast's send off the root)
+	tagUnused = ^uint64(0) // a buffer the call does not touch (Broadcast's send, Reduce's receive, off the root)
 
 	descDirect = 1 // the descriptor's flag byte of a call that probes
 
 	// directChunk is what a rank reduces before writing it out: it stays
 	// in L2 while it goes to every rank.
 	directChunk = 64 << 10
+
+	// gr_reduce_out's flags (reduce_simd.h's GR_OUT_*).
+	grOutNT       = 1 // outputs written around the caches
+	grOutPrefetch = 2 // the next chunk's sources prefetched meanwhile
 )
 
 // directMin is the smallest call (count × element size) that probes the
@@ -69,7 +79,7 @@ func (b *backend) directProbes(a *collectives.Args) bool {
 		return false
 	}
 	switch a.Coll {
-	case collectives.AllReduce, collectives.AllGather, collectives.Broadcast, collectives.ReduceScatter:
+	case collectives.AllReduce, collectives.AllGather, collectives.Broadcast, collectives.ReduceScatter, collectives.Reduce:
 		return true
 	}
 	return false
@@ -93,11 +103,17 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 		sendTag, sendOff = tagUnused, 0
 	}
 	recvTag, recvOff := b.tagOf(a.Recv, a.RecvBytes(b.n))
+	if a.Coll == collectives.Reduce && b.rank != a.Root {
+		recvTag, recvOff = tagUnused, 0
+	}
 	w := b.dwords[b.rank]
 	atomic.StoreUint64(&w[0], sendTag)
 	atomic.StoreUint64(&w[1], sendOff)
 	atomic.StoreUint64(&w[2], recvTag)
 	atomic.StoreUint64(&w[3], recvOff)
+	if a.Op == collectives.PreMulSum {
+		atomic.StoreUint64(&w[4], scalarBits(a))
+	}
 	b.descFlag = descDirect
 	first := true
 	err = b.sync(ctx, a, &first)
@@ -123,6 +139,14 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 		}
 		b.dsend[q], b.drecv[q] = s, r
 	}
+	if a.Op == collectives.PreMulSum && a.Coll.Reduces() {
+		if len(b.dmul) < b.n {
+			b.dmul = make([]premul, b.n) // once per backend
+		}
+		for q := 0; q < b.n; q++ {
+			b.dmul[q].set(atomic.LoadUint64(&b.dwords[q][4]), a.Type)
+		}
+	}
 	b.last = collectives.Path{Transport: "shm-direct"}
 	if directHook != nil {
 		directHook()
@@ -136,6 +160,8 @@ func (b *backend) runDirect(ctx context.Context, a *collectives.Args) (took bool
 		b.directBroadcast(a)
 	case collectives.ReduceScatter:
 		b.directReduceScatter(a)
+	case collectives.Reduce:
+		b.directReduceRoot(a)
 	}
 	return true, b.barrier(ctx)
 }
@@ -174,22 +200,86 @@ func copyBytes(dst, src []byte) { copy(dst, src) }
 func (b *backend) directAllReduce(a *collectives.Args) {
 	total := a.Count * a.Type.Size()
 	lo, hi := span(total, b.n, b.rank)
+	if hi <= lo {
+		return
+	}
+	// Peers first, starting after this rank: ranks spread their writes
+	// over the buffers rather than all writing one.
+	outs, srcs := b.directPtrs()
+	for i := 1; i <= b.n; i++ {
+		outs[i-1] = b.drecv[(b.rank+i)%b.n] + uintptr(lo)
+	}
+	for q := 0; q < b.n; q++ {
+		srcs[q] = b.dsend[q] + uintptr(lo)
+	}
+	b.directReduce(a, outs, srcs, hi-lo, total)
+}
+
+// directPtrs is the reused lists of a call's outputs and sources.
+func (b *backend) directPtrs() (outs, srcs []uintptr) {
+	if len(b.dptrs) < 2*b.n {
+		b.dptrs = make([]uintptr, 2*b.n) // once per backend
+	}
+	return b.dptrs[:b.n], b.dptrs[b.n : 2*b.n]
+}
+
+// directReduce reduces n bytes of every source into every output, chunk by
+// chunk through b.dtmp (a chunk is reduced whole before it is written, so
+// an output may be a source), around the caches for calls of total bytes
+// from ntMinBytes: in C where (type, op) has a vector kernel, with the next
+// chunk's sources prefetched while the reduced one goes out
+// (reduce_out.c), else in Go.
+func (b *backend) directReduce(a *collectives.Args, outs, srcs []uintptr, n, total int) {
+	flags := grOutPrefetch
+	if total >= ntMinBytes {
+		flags |= grOutNT
+	}
+	premul := a.Op == collectives.PreMulSum
+	if !premul && reduceOut(a.Type, a.Op, outs, srcs, n, b.n, b.dtmp, directChunk, flags) {
+		return
+	}
 	red, out := reducer(a.Type, a.Op), outFor(total)
-	for x := lo; x < hi; x += directChunk {
-		m := min(directChunk, hi-x)
-		srcs := b.srcs[:0]
-		for q := 0; q < b.n; q++ {
-			srcs = append(srcs, hostBytes(b.dsend[q]+uintptr(x), m))
-		}
-		tmp := b.dtmp[:m]
-		red(tmp, srcs, b.n, &b.sc)
-		// Peers first, starting after this rank: ranks spread their
-		// writes over the buffers rather than all writing one.
-		for i := 1; i <= b.n; i++ {
-			q := (b.rank + i) % b.n
-			out(hostBytes(b.drecv[q]+uintptr(x), m), tmp)
+	if premul {
+		red = reducer(a.Type, collectives.Sum)
+		if len(b.dscaled) < b.n*directChunk {
+			b.dscaled = make([]byte, b.n*directChunk) // once per backend
 		}
 	}
+	for x := 0; x < n; x += directChunk {
+		m := min(directChunk, n-x)
+		in := b.srcs[:0]
+		for q, s := range srcs {
+			v := hostBytes(s+uintptr(x), m)
+			if premul {
+				d := b.dscaled[q*directChunk : q*directChunk+m]
+				scalers[a.Type](d, v, &b.dmul[q])
+				v = d
+			}
+			in = append(in, v)
+		}
+		b.srcs = in
+		tmp := b.dtmp[:m]
+		red(tmp, in, b.n, &b.sc)
+		for _, o := range outs {
+			out(hostBytes(o+uintptr(x), m), tmp)
+		}
+	}
+}
+
+// directReduceRoot is Reduce: this rank's part, as in directAllReduce,
+// written to the root's output only.
+func (b *backend) directReduceRoot(a *collectives.Args) {
+	total := a.Count * a.Type.Size()
+	lo, hi := span(total, b.n, b.rank)
+	if hi <= lo {
+		return
+	}
+	outs, srcs := b.directPtrs()
+	outs[0] = b.drecv[a.Root] + uintptr(lo)
+	for q := 0; q < b.n; q++ {
+		srcs[q] = b.dsend[q] + uintptr(lo)
+	}
+	b.directReduce(a, outs[:1], srcs, hi-lo, total)
 }
 
 // directAllGather: this rank's input, chunk by chunk, into its block of
@@ -226,17 +316,14 @@ func (b *backend) directBroadcast(a *collectives.Args) {
 // the output is this rank's block of its input).
 func (b *backend) directReduceScatter(a *collectives.Args) {
 	total := a.Count * a.Type.Size()
-	at := uintptr(b.rank * total)
-	red, out := reducer(a.Type, a.Op), outFor(total)
-	recv := hostBytes(a.Recv, total)
-	for x := 0; x < total; x += directChunk {
-		m := min(directChunk, total-x)
-		srcs := b.srcs[:0]
-		for q := 0; q < b.n; q++ {
-			srcs = append(srcs, hostBytes(b.dsend[q]+at+uintptr(x), m))
-		}
-		tmp := b.dtmp[:m]
-		red(tmp, srcs, b.n, &b.sc)
-		out(recv[x:x+m], tmp)
+	if total == 0 {
+		return
 	}
+	at := uintptr(b.rank * total)
+	outs, srcs := b.directPtrs()
+	outs[0] = a.Recv
+	for q := 0; q < b.n; q++ {
+		srcs[q] = b.dsend[q] + at
+	}
+	b.directReduce(a, outs[:1], srcs, total, total)
 }

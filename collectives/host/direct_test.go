@@ -68,8 +68,8 @@ var directCounts = []int{0, 1, 7, 4095, 1<<20 + 3}
 
 // TestDirectAllReduce checks every type and op of AllReduce on buffers
 // from Alloc, in and out of place, against the reference, and that the
-// call took the direct path (PreMulSum scales its input into private
-// memory first, so it takes the ordinary one, rightly).
+// call took the direct path (PreMulSum, which needs scalars:
+// TestDirectPreMulSum).
 func TestDirectAllReduce(t *testing.T) {
 	directAlways(t)
 	for _, n := range []int{2, 3} {
@@ -86,7 +86,7 @@ func TestDirectAllReduce(t *testing.T) {
 						for _, inPlace := range []bool{false, true} {
 							c := call{coll: collectives.AllReduce, dt: dt, op: op, count: count, inPlace: inPlace}
 							require.NoError(t, j.verify(c))
-							if count > 0 && op != collectives.PreMulSum {
+							if count > 0 {
 								require.Equal(t, same(n, "shm-direct"), j.lastTransports(), "%v", c)
 							}
 						}
@@ -97,8 +97,8 @@ func TestDirectAllReduce(t *testing.T) {
 	}
 }
 
-// TestDirectOthers checks AllGather, Broadcast and ReduceScatter on the
-// direct path, and Reduce (which has none) on buffers from Alloc.
+// TestDirectOthers checks AllGather, Broadcast, ReduceScatter and Reduce
+// on the direct path.
 func TestDirectOthers(t *testing.T) {
 	directAlways(t)
 	for _, n := range []int{2, 3} {
@@ -108,11 +108,40 @@ func TestDirectOthers(t *testing.T) {
 			for _, count := range []int{1, 7, 4095, 1<<18 + 3} {
 				for _, c := range calls(n, count, []collectives.DataType{collectives.Float32, collectives.Int8, collectives.BFloat16}, []collectives.Op{collectives.Sum, collectives.Max}) {
 					require.NoError(t, j.verify(c))
-					want := "shm-direct"
-					if c.coll == collectives.Reduce {
-						want = "shm"
+					require.Equal(t, same(n, "shm-direct"), j.lastTransports(), "%v", c)
+				}
+			}
+		})
+	}
+}
+
+// TestDirectReduce checks every type and op of Reduce on buffers from
+// Alloc, at every root, in and out of place, against the reference (the
+// non-roots' outputs left as they were), and that the call took the
+// direct path (PreMulSum: TestDirectPreMulSum).
+func TestDirectReduce(t *testing.T) {
+	directAlways(t)
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			j := newJob(t, n, Config{StagingBytes: 64 << 10})
+			j.allocArenas(t, 2*(8<<20)+4096)
+			for _, count := range directCounts {
+				dts := collectives.AllDataTypes()
+				if count > 1<<20 {
+					dts = []collectives.DataType{collectives.Float32, collectives.BFloat16, collectives.Int64, collectives.Float8E4M3}
+				}
+				for root := 0; root < n; root++ {
+					for _, dt := range dts {
+						for _, op := range collectives.AllOps() {
+							for _, inPlace := range []bool{false, true} {
+								c := call{coll: collectives.Reduce, dt: dt, op: op, count: count, root: root, inPlace: inPlace}
+								require.NoError(t, j.verify(c))
+								if count > 0 {
+									require.Equal(t, same(n, "shm-direct"), j.lastTransports(), "%v", c)
+								}
+							}
+						}
 					}
-					require.Equal(t, same(n, want), j.lastTransports(), "%v", c)
 				}
 			}
 		})

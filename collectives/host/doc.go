@@ -31,9 +31,9 @@
 //
 // Buffers from Alloc (alloc.go) are memfds every rank of the node maps,
 // once per process (allocmem.go), as NCCL's ncclMemAlloc plus
-// ncclCommRegister. An AllReduce, AllGather,
-// Broadcast or ReduceScatter whose buffers lie inside such allocations on
-// every rank takes the direct path (direct.go): no staging, each rank
+// ncclCommRegister. An AllReduce, Reduce, AllGather, Broadcast or
+// ReduceScatter (PreMulSum included) whose buffers lie inside such
+// allocations on every rank takes the direct path (direct.go): no staging, each rank
 // reads the peers' inputs and writes the peers' outputs in place, as many
 // bytes as a memcpy of the call. The ranks decide at the call from each
 // other's published buffer places; if any rank's buffer lies elsewhere,

@@ -47,6 +47,9 @@ type backend struct {
 	dsend    []uintptr  // every rank's send buffer, as mapped here
 	drecv    []uintptr  // every rank's receive buffer
 	dtmp     []byte     // a reduced chunk on its way to every rank
+	dptrs    []uintptr  // a call's outputs then sources, offset to this rank's part
+	dmul     []premul   // PreMulSum: every rank's scalar (direct.go)
+	dscaled  []byte     // PreMulSum: every rank's chunk, scaled
 
 	srcs []([]byte) // reused list of reduction sources
 	sc   scratch
@@ -103,7 +106,7 @@ func New(ctx context.Context, b transport.Bootstrap, cfg Config) (collectives.Ba
 	for r := 0; r < n; r++ {
 		m := seg.Peer(r)
 		be.waiters[r] = word(m, offWaiters)
-		be.dwords[r] = as[uint64](m[offDirect : offDirect+32])
+		be.dwords[r] = as[uint64](m[offDirect : offDirect+directWords*8])
 		for p := 0; p < 2; p++ {
 			box := m[offBox+p*boxStride : offBox+(p+1)*boxStride]
 			be.seq[p][r] = word(box, boxCounter)
@@ -185,15 +188,16 @@ func (b *backend) RunChecked(ctx context.Context, a *collectives.Args) error {
 		return nil
 	}
 	b.last = collectives.Path{Transport: "shm"}
+	// The direct path scales PreMulSum's inputs itself, chunk by chunk.
+	if b.n > 1 && b.directProbes(a) {
+		if took, err := b.runDirect(ctx, a); took || err != nil {
+			return err
+		}
+	}
 	a = scaledArgs(&b.sc.mul, a, b.n)
 	if b.n == 1 {
 		b.single(a)
 		return nil
-	}
-	if b.directProbes(a) {
-		if took, err := b.runDirect(ctx, a); took || err != nil {
-			return err
-		}
 	}
 	if b.cmaTakes(a) {
 		return b.runCMA(ctx, a)

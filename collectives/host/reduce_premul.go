@@ -31,16 +31,7 @@ func scaledArgs(p *premul, a *collectives.Args, nranks int) *collectives.Args {
 	if a.Op != collectives.PreMulSum || !a.Coll.Reduces() || a.Count == 0 {
 		return a
 	}
-	bits := a.Scalar.Bits
-	if a.Scalar.Ptr != 0 {
-		var w [8]byte
-		copy(w[:], hostBytes(a.Scalar.Ptr, a.Type.Size()))
-		bits = binary.LittleEndian.Uint64(w[:])
-	}
-	s := collectives.Scalar{Bits: bits}
-	p.u = bits
-	p.f64 = s.Float(a.Type)
-	p.f32 = float32(p.f64)
+	p.set(scalarBits(a), a.Type)
 	n := a.SendBytes(nranks)
 	if cap(p.buf) < n {
 		p.buf = make([]byte, n)
@@ -50,6 +41,25 @@ func scaledArgs(p *premul, a *collectives.Args, nranks int) *collectives.Args {
 	sa := *a
 	sa.Send, sa.Op = addrOf(p.buf), collectives.Sum
 	return &sa
+}
+
+// scalarBits is a's scalar as bits: by value, or read from host memory
+// now (the host backend runs calls synchronously, so "when the call runs"
+// is now).
+func scalarBits(a *collectives.Args) uint64 {
+	if a.Scalar.Ptr == 0 {
+		return a.Scalar.Bits
+	}
+	var w [8]byte
+	copy(w[:], hostBytes(a.Scalar.Ptr, a.Type.Size()))
+	return binary.LittleEndian.Uint64(w[:])
+}
+
+// set makes p's scalar bits, a value of t.
+func (p *premul) set(bits uint64, t collectives.DataType) {
+	p.u = bits
+	p.f64 = collectives.Scalar{Bits: bits}.Float(t)
+	p.f32 = float32(p.f64)
 }
 
 // scalers[t] sets dst = src*scalar element by element.

@@ -174,3 +174,24 @@ func copyNT(dst, src []byte) {
 	runtime.KeepAlive(dst)
 	runtime.KeepAlive(src)
 }
+
+// reduceOut reduces n bytes of the sources at srcs (every rank's, in rank
+// order) into every output at outs, through tmp chunk by chunk
+// (gr_reduce_out), with stores around the caches when nt; false where
+// (t, op) has no vector kernel or there are fewer than two sources, and
+// the caller reduces in Go.
+func reduceOut(t collectives.DataType, op collectives.Op, outs, srcs []uintptr, n, nranks int, tmp []byte, chunk int, flags int) bool {
+	kernel := vecKernels[t][op]
+	if kernel < 0 || copyISA == isaScalar || len(srcs) < 2 || n == 0 {
+		return false
+	}
+	C.gr_reduce_out(C.int(copyISA), C.int(kernel),
+		(*C.uintptr_t)(unsafe.Pointer(unsafe.SliceData(outs))), C.int(len(outs)),
+		(*C.uintptr_t)(unsafe.Pointer(unsafe.SliceData(srcs))), C.int(len(srcs)),
+		C.size_t(n), C.size_t(t.Size()), C.int(nranks), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(tmp)))),
+		C.size_t(chunk), C.int(flags))
+	runtime.KeepAlive(outs)
+	runtime.KeepAlive(srcs)
+	runtime.KeepAlive(tmp)
+	return true
+}

@@ -36,3 +36,13 @@ void gr_fp8(int isa, int fn, uintptr_t dst, uintptr_t src, size_t n, float c);
 // gr_copy_nt copies n bytes from src to dst (not overlapping) with stores
 // that bypass the caches, then fences them.
 void gr_copy_nt(int isa, uintptr_t dst, uintptr_t src, size_t n);
+
+// gr_reduce_out reduces nbytes (elements of es bytes) of the nsrc
+// sources into outs[0..nout-1], chunk bytes at a time through tmp (chunk
+// a multiple of 256 and of es): per chunk, gr_reduce into tmp, then tmp
+// to every output, around the caches with GR_OUT_NT (fenced at the end),
+// prefetching the next chunk's sources meanwhile with GR_OUT_PREFETCH.
+enum { GR_OUT_NT = 1, GR_OUT_PREFETCH = 2 };
+
+void gr_reduce_out(int isa, int kernel, const uintptr_t *outs, int nout, const uintptr_t *srcs, int nsrc,
+                   size_t nbytes, size_t es, int nranks, uintptr_t tmp, size_t chunk, int flags);
