@@ -32,6 +32,15 @@ var _ collectives.Registrar = (*backend)(nil)
 // rather than a request.
 const maxAlloc = 1 << 40
 
+// allocSizeErr is this rank's own verdict on an Alloc's size (nil: good),
+// sent to the others so that every rank fails alike.
+func allocSizeErr(size uint64) error {
+	if size == 0 || size > maxAlloc {
+		return fmt.Errorf("%w: host backend: alloc: size %d (want 1 to %d bytes)", collectives.ErrInvalidArgument, size, uint64(maxAlloc))
+	}
+	return nil
+}
+
 // allocation is one Alloc: every rank's memory as mapped here.
 type allocation struct {
 	id   uint64 // the Alloc's number, alike on every rank
@@ -76,10 +85,7 @@ func (b *backend) Alloc(ctx context.Context, size uint64) (uintptr, collectives.
 	if b.closed.Load() {
 		return 0, nil, fmt.Errorf("host backend: alloc: rank %d: %w", b.rank, collectives.ErrClosed)
 	}
-	var bad error
-	if size == 0 || size > maxAlloc {
-		bad = fmt.Errorf("%w: host backend: alloc: size %d (want 1 to %d bytes)", collectives.ErrInvalidArgument, size, uint64(maxAlloc))
-	}
+	bad := allocSizeErr(size)
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	b.mu.Lock()

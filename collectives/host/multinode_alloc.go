@@ -58,10 +58,7 @@ func (m *multi) Alloc(ctx context.Context, size uint64) (uintptr, collectives.Re
 	if m.closed.Load() {
 		return 0, nil, fmt.Errorf("host backend: alloc: rank %d: %w", m.rank, collectives.ErrClosed)
 	}
-	var bad error
-	if size == 0 || size > maxAlloc {
-		bad = fmt.Errorf("%w: host backend: alloc: size %d (want 1 to %d bytes)", collectives.ErrInvalidArgument, size, uint64(maxAlloc))
-	}
+	bad := allocSizeErr(size)
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	m.mu.Lock()
