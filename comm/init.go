@@ -402,7 +402,7 @@ func defaultBackend(ctx context.Context, b transport.Bootstrap, cfg BackendConfi
 		return host.New(ctx, b, host.Config{Algo: cfg.Algo, Transport: cfg.Transport, Timeout: cfg.Timeout, Logger: cfg.Logger, Nodes: cfg.Nodes, Env: cfg.Env})
 	case BackendGPU:
 		return gpu.New(ctx, b, gpu.Config{Device: cfg.Device, Transport: cfg.Transport, Algo: cfg.Algo, Logger: cfg.Logger, Nodes: cfg.Nodes,
-			Stamps: cfg.Recorder, Timeout: cfg.Timeout, Check: cfg.Check})
+			Stamps: cfg.Recorder, Timeout: cfg.Timeout, Check: cfg.Check, Env: cfg.Env})
 	}
 	return nil, fmt.Errorf("%w: backend %q", collectives.ErrInvalidArgument, cfg.Name)
 }

@@ -95,6 +95,12 @@ func TestAllToAllOneShotOff(t *testing.T) {
 		require.NoError(t, bes[0].RunGroup(context.Background(), g))
 		assert.Equal(t, "goccl_p2p", drvs[0].launches[0].name)
 	})
+	t.Run("Config.Env's GOCCL_TUNE=ll.alltoall=0 over the process's", func(t *testing.T) {
+		t.Setenv(EnvTune, "")
+		bes, drvs, _ := newFakeBackends(t, 3, Config{Env: map[string]string{EnvTune: "ll.alltoall=0"}})
+		require.NoError(t, bes[0].RunGroup(context.Background(), g))
+		assert.Equal(t, "goccl_p2p", drvs[0].launches[0].name)
+	})
 	t.Run("a fatbin without the kernel", func(t *testing.T) {
 		bes, drvs, _ := newFakeBackendsWith(t, 3, Config{}, func(_ int, d *fakeDriver) { d.noFunc = "goccl_alltoall" })
 		require.NoError(t, bes[0].RunGroup(context.Background(), g))

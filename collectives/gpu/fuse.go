@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -107,8 +106,8 @@ func parseGroupFuse(v string) (bool, error) {
 // setupFuse loads the fused kernels and allocates the ring and the first
 // capture block. A fatbin without the kernels, or memory that cannot be
 // had, leaves fusion off: every group then runs as separate launches.
-func (be *Backend) setupFuse() error {
-	on, err := parseGroupFuse(os.Getenv(EnvGroupFuse))
+func (be *Backend) setupFuse(spec string) error {
+	on, err := parseGroupFuse(spec)
 	if err != nil || !on {
 		return err
 	}

@@ -49,6 +49,19 @@ type Config struct {
 	// Check: GOCCL_CHECK is on; the copy-engine point-to-point path then
 	// verifies its contract per call (p2pcecheck.go).
 	Check bool
+	// Env is where the backend's own settings (GOCCL_TUNE,
+	// GOCCL_GROUP_FUSE, and GOCCL_ALGO / GOCCL_TRANSPORT where Algo /
+	// Transport are empty) are read, as comm's Options.Env; nil: the
+	// process environment.
+	Env map[string]string
+}
+
+// getenv reads setting k from Env, else from the process environment.
+func (c Config) getenv(k string) string {
+	if c.Env != nil {
+		return c.Env[k]
+	}
+	return os.Getenv(k)
 }
 
 // Backend runs collectives as goccl kernels on one device. Run is meant to
@@ -139,14 +152,14 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	}
 	algo := cfg.Algo
 	if algo == "" {
-		algo = os.Getenv("GOCCL_ALGO")
+		algo = cfg.getenv("GOCCL_ALGO")
 	}
 	forced, err := collectives.ParseAlgorithm(algo)
 	if err != nil {
 		return nil, fmt.Errorf("gpu backend: %w", err)
 	}
 	// A bad GOCCL_TUNE fails New on every rank together (agreeTuning).
-	tune, tuneSpec, tuneErr := tuningFromEnv(nranks, cfg.MaxBlocks)
+	tune, tuneSpec, tuneErr := tuningFromEnv(nranks, cfg.MaxBlocks, cfg.getenv(EnvTune))
 	if tuneErr != nil {
 		tuneErr = fmt.Errorf("gpu backend: %w", tuneErr)
 	}
@@ -171,7 +184,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 		return nil, err
 	}
 
-	name, err := chooseTransport(ctx, drv, be.dev, b, cfg.Transport)
+	name, err := chooseTransport(ctx, drv, be.dev, b, cfg.Transport, cfg.getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +209,7 @@ func newBackend(ctx context.Context, drv cuda.Driver, b transport.Bootstrap, cfg
 	if len(ws.Peers) != nranks {
 		return nil, fmt.Errorf("gpu backend: transport %s mapped %d peers, want %d", name, len(ws.Peers), nranks)
 	}
-	if err = be.agreeInit(ctx, "setup", errors.Join(be.setupLocal(image), be.setupStamps(cfg.Stamps))); err != nil {
+	if err = be.agreeInit(ctx, "setup", errors.Join(be.setupLocal(image, cfg.getenv(EnvGroupFuse)), be.setupStamps(cfg.Stamps))); err != nil {
 		return nil, err
 	}
 
@@ -248,7 +261,7 @@ func (be *Backend) openDevice(ordinal int) error {
 
 // setupLocal clears this rank's signal area, allocates the abort flag and
 // loads the kernels: the steps of New that involve no peer.
-func (be *Backend) setupLocal(image []byte) error {
+func (be *Backend) setupLocal(image []byte, fuse string) error {
 	drv, ws := be.drv, be.workspace
 	// Signals and epochs start at zero on every rank before any peer can
 	// signal: zero, wait, then a bootstrap barrier.
@@ -280,7 +293,7 @@ func (be *Backend) setupLocal(image []byte) error {
 	if err = be.fns.load(drv, be.ctx, be.module); err != nil {
 		return err
 	}
-	if err = be.setupFuse(); err != nil {
+	if err = be.setupFuse(fuse); err != nil {
 		return err
 	}
 	be.setupAllToAll()
@@ -335,9 +348,9 @@ func agreeTuning(ctx context.Context, b transport.Bootstrap, mine string, lerr e
 // rank lives in one process, else vmm where every rank's GPU exports VMM
 // memory as POSIX fds, else ipc (the rule of collectives.ChooseTransport).
 // Decided from allgathered facts so that every rank agrees.
-func chooseTransport(ctx context.Context, drv cuda.Driver, dev cuda.Device, b transport.Bootstrap, forced string) (string, error) {
+func chooseTransport(ctx context.Context, drv cuda.Driver, dev cuda.Device, b transport.Bootstrap, forced string, getenv func(string) string) (string, error) {
 	if forced == "" {
-		forced = os.Getenv("GOCCL_TRANSPORT")
+		forced = getenv("GOCCL_TRANSPORT")
 	}
 	switch forced {
 	case "uva", "ipc", "vmm":

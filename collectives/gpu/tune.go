@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -323,10 +322,9 @@ func (t *tuning) check() error {
 }
 
 // tuningFromEnv is the communicator's tuning: defaults, Config.MaxBlocks,
-// then GOCCL_TUNE.
-func tuningFromEnv(nranks, maxBlocksCfg int) (tuning, string, error) {
+// then spec (GOCCL_TUNE's value).
+func tuningFromEnv(nranks, maxBlocksCfg int, spec string) (tuning, string, error) {
 	t := defaultTuning(nranks, min(maxBlocksCfg, maxBlocks))
-	spec := os.Getenv(EnvTune)
 	err := t.parse(spec)
 	return t, spec, err
 }
