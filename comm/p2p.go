@@ -13,8 +13,9 @@ import (
 // rank. On the host backend a Send that fits the pair's ring (about 2 MiB
 // over the ranks, docs/guide.md) returns without waiting for its Recv, as
 // NCCL's small Sends do, and a larger one once peer has the data; on the
-// GPU backend every Send waits for its Recv to start. For several
-// point-to-point calls that depend on each other, use a Group.
+// GPU backend a Send up to 256 KiB (the pair's eager rings) completes
+// without its Recv, and a larger one waits for its Recv to start. For
+// several point-to-point calls that depend on each other, use a Group.
 func (c *Comm) Send(ctx context.Context, buf uintptr, count int, dt DataType, peer int, stream uintptr) error {
 	return c.oneP2P(ctx, collectives.P2P{Kind: collectives.SendOp, Peer: peer, Buf: buf, Count: count, Type: dt, Stream: stream})
 }
