@@ -226,20 +226,7 @@ func TestAllocBadInput(t *testing.T) {
 		{"huge", []uint64{1 << 50, 1 << 50}, "size"},
 		{"sizes differ", []uint64{4096, 8192}, "bytes"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			errs := j.each(func(r int) error {
-				p, reg, err := j.bes[r].(collectives.Registrar).Alloc(context.Background(), tc.sizes[r])
-				if err == nil {
-					assert.NotZero(t, p)
-					return reg.Close(context.Background())
-				}
-				return err
-			})
-			for r, err := range errs {
-				require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
-				assert.Contains(t, err.Error(), tc.want, "rank %d", r)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { allocFailsEverywhere(t, j, tc.sizes, tc.want) })
 	}
 	reg := j.bes[0].(collectives.Registrar)
 	_, err := reg.Register(context.Background(), 0, 64)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
@@ -358,4 +359,23 @@ func checkReduced(dt collectives.DataType, op collectives.Op, got []byte, gi int
 		return fmt.Errorf("element %d: got %g, want %g (±%g)", gi, g, ref, bound)
 	}
 	return nil
+}
+
+// allocFailsEverywhere has rank r Alloc sizes[r] and asserts that every
+// rank fails with ErrInvalidArgument, its text holding want (an Alloc that
+// succeeds is closed and fails the assertion).
+func allocFailsEverywhere(t *testing.T, j *job, sizes []uint64, want string) {
+	t.Helper()
+	errs := j.each(func(r int) error {
+		p, reg, err := j.bes[r].(collectives.Registrar).Alloc(context.Background(), sizes[r])
+		if err == nil {
+			assert.NotZero(t, p)
+			return reg.Close(context.Background())
+		}
+		return err
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
+		assert.Contains(t, err.Error(), want, "rank %d", r)
+	}
 }

@@ -208,20 +208,7 @@ func TestAcrossNodesAllocBadInput(t *testing.T) {
 		{"nodes differ", []uint64{4096, 4096, 8192, 8192}, "bytes"},
 		{"one rank differs", []uint64{4096, 4096, 4096, 4097}, "bytes"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			errs := j.each(func(r int) error {
-				p, reg, err := j.bes[r].(collectives.Registrar).Alloc(context.Background(), tc.sizes[r])
-				if err == nil {
-					assert.NotZero(t, p)
-					return reg.Close(context.Background())
-				}
-				return err
-			})
-			for r, err := range errs {
-				require.ErrorIs(t, err, collectives.ErrInvalidArgument, "rank %d", r)
-				assert.Contains(t, err.Error(), tc.want, "rank %d", r)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { allocFailsEverywhere(t, j, tc.sizes, tc.want) })
 	}
 	// The communicator is still usable, and so is Alloc.
 	_, regs := func() ([]uintptr, []collectives.Registration) {
