@@ -19,16 +19,27 @@ import (
 // maxRecordFrame caps a record frame (a few kilobytes for the calls sent).
 const maxRecordFrame = 1 << 20
 
-// recordBox holds the latest record received from each rank.
+// recordBox holds the latest record received from each rank, and which
+// ranks are known gone (their process exited or went silent) so that no
+// record of theirs can come any more.
 type recordBox struct {
 	mu   sync.Mutex
 	recs [][]byte      // by rank; nil: none yet
+	lost []bool        // by rank
 	sig  chan struct{} // signalled (without blocking) on each arrival
 }
 
 func (x *recordBox) init(n int) {
 	if x.recs == nil {
-		x.recs, x.sig = make([][]byte, n), make(chan struct{}, 1)
+		x.recs, x.lost, x.sig = make([][]byte, n), make([]bool, n), make(chan struct{}, 1)
+	}
+}
+
+// signal wakes the waiter, if any, without blocking.
+func (x *recordBox) signal() {
+	select {
+	case x.sig <- struct{}{}:
+	default:
 	}
 }
 
@@ -58,15 +69,9 @@ func (b *tcpBootstrap) gotRecord(p *peer, payload []byte) error {
 	if r >= b.nranks || r == b.rank || (b.rank == 0 && r != p.rank) {
 		return fmt.Errorf("%w: record frame from rank %d names rank %d", errMalformed, p.rank, r)
 	}
-	rec := append([]byte(nil), payload[4:]...)
-	b.recs.mu.Lock()
-	b.recs.init(b.nranks)
-	b.recs.recs[r] = rec
-	b.recs.mu.Unlock()
-	select {
-	case b.recs.sig <- struct{}{}:
-	default:
-	}
+	// Relayed before it is kept: rank 0's own failed call, which waits
+	// for this record, then closes the connections only after the other
+	// leaves have it.
 	if b.rank == 0 && !b.closing.Load() {
 		for _, q := range b.peers {
 			if q != nil && q.rank != r && !q.bye.Load() {
@@ -74,7 +79,48 @@ func (b *tcpBootstrap) gotRecord(p *peer, payload []byte) error {
 			}
 		}
 	}
+	rec := append([]byte(nil), payload[4:]...)
+	b.recs.mu.Lock()
+	b.recs.init(b.nranks)
+	b.recs.recs[r] = rec
+	b.recs.mu.Unlock()
+	b.recs.signal()
 	return nil
+}
+
+// markLost records that rank r's process is gone: its connection closed
+// or went silent (at rank 0), or rank 0 said so.
+func (b *tcpBootstrap) markLost(r int) {
+	if r < 0 || r >= b.nranks {
+		return
+	}
+	b.recs.mu.Lock()
+	b.recs.init(b.nranks)
+	b.recs.lost[r] = true
+	b.recs.mu.Unlock()
+	b.recs.signal()
+}
+
+// recordMayCome reports whether a record of rank r can still reach this
+// rank: the connection it would come over (r's own at rank 0, rank 0's
+// elsewhere) is open, and r is not known to be gone.
+func (b *tcpBootstrap) recordMayCome(r int) bool {
+	via := 0
+	if b.rank == 0 {
+		via = r
+	}
+	if via >= len(b.peers) || b.peers[via] == nil {
+		return false
+	}
+	select {
+	case <-b.peers[via].gone:
+		return false
+	default:
+	}
+	b.recs.mu.Lock()
+	defer b.recs.mu.Unlock()
+	b.recs.init(b.nranks)
+	return !b.recs.lost[r]
 }
 
 // peerRecords returns the latest record received from each rank (nil

@@ -130,7 +130,13 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 				b.selfStalled(d, b.describe(err))
 				return
 			}
-			b.peerFailed(p.rank, b.describe(err))
+			cause := b.describe(err)
+			b.markLost(p.rank)
+			if !b.peerFailed(p.rank, cause) && b.rank == 0 {
+				// Not the first failure: still, the leaves learn that no
+				// record of this rank will come (recordMayCome).
+				b.tellLeaves(p.rank, cause)
+			}
 			return
 		}
 		switch {
@@ -180,6 +186,9 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 					b.selfStalled(d, remoteCause(msg))
 					continue
 				}
+			}
+			if lostCause(msg) {
+				b.markLost(r)
 			}
 			b.peerFailed(r, remoteCause(msg))
 		default:
@@ -277,33 +286,52 @@ func (b *tcpBootstrap) setOnPeerClosed(f func(rank int)) {
 	}
 }
 
+// The causes describe gives for a connection that closed or went silent;
+// a failure notice that carries one says that the rank is gone.
+const (
+	noHeartbeatText = "no heartbeat for"
+	closedConnText  = "connection closed (process exited or aborted)"
+)
+
 // describe turns a read error into the cause users see.
 func (b *tcpBootstrap) describe(err error) error {
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("%w: no heartbeat for %v", collectives.ErrTimeout, b.hbTimeout)
+		return fmt.Errorf("%w: %s %v", collectives.ErrTimeout, noHeartbeatText, b.hbTimeout)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		return errors.New("connection closed (process exited or aborted)")
+		return errors.New(closedConnText)
 	}
 	return err
 }
 
+// lostCause reports whether a failure notice's text is describe's for a
+// closed or silent connection.
+func lostCause(msg string) bool {
+	return strings.Contains(msg, closedConnText) || strings.Contains(msg, noHeartbeatText)
+}
+
 // peerFailed records that rank r failed; rank 0 tells every other leaf.
-func (b *tcpBootstrap) peerFailed(r int, cause error) {
+// It reports whether this was the bootstrap's first failure.
+func (b *tcpBootstrap) peerFailed(r int, cause error) bool {
 	pe := &collectives.PeerError{Rank: r, Cause: fmt.Errorf("%w: %w", collectives.ErrAborted, cause)}
-	b.failThen(pe, func() {
-		if b.rank != 0 {
-			return
-		}
-		note := encodeFailed(r, cause.Error())
-		for _, p := range b.peers {
-			if p == nil || p.bye.Load() {
-				continue
-			}
-			_ = p.write(kindFailed, 0, note, time.Second) // r too: a live rank learns it was given up on
+	return b.failThen(pe, func() {
+		if b.rank == 0 {
+			b.tellLeaves(r, cause)
 		}
 	})
+}
+
+// tellLeaves sends every leaf (r too: a live rank learns it was given up
+// on) a failure notice naming r.
+func (b *tcpBootstrap) tellLeaves(r int, cause error) {
+	note := encodeFailed(r, cause.Error())
+	for _, p := range b.peers {
+		if p == nil || p.bye.Load() {
+			continue
+		}
+		_ = p.write(kindFailed, 0, note, time.Second)
+	}
 }
 
 // blame records that rank r failed as this rank observed it (a wait for

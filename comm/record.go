@@ -73,8 +73,10 @@ type observer struct {
 const maxRecorderSize = 1 << 20
 
 // recorderWait bounds how long a failed call waits for the other ranks'
-// records before it names the straggler from those it has.
-const recorderWait = 1500 * time.Millisecond
+// records before it names the straggler from those it has. The wait ends
+// sooner when no missing record can come (recordMayCome); a live rank's
+// takes two hops through rank 0, slow only on a machine short of CPU.
+const recorderWait = 3 * time.Second
 
 // recorderGather is how many recent calls each rank sends when the ranks
 // exchange records over the bootstrap.
@@ -308,7 +310,7 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 					recs[r] = rec
 				}
 			}
-			if !finalRecord(recs[r]) {
+			if !finalRecord(recs[r]) && c.boot.recordMayCome(r) {
 				missing++
 			}
 		}

@@ -140,14 +140,15 @@ func TestStopDuringCollective(t *testing.T) {
 		bound  time.Duration
 		stall  bool // the resumed rank measures its stall (longer than its peers wait)
 	}{
-		// 5 missed beats of 500 ms, then up to 1.5 s for the others'
-		// records: about 4 s. The bounds leave as much again for a loaded
-		// machine, and the beat is long enough that a survivor starved of
-		// CPU for a second does not take itself for the stalled rank.
+		// 5 missed beats of 500 ms; no record of the stopped rank can
+		// come then (its heartbeat stopped): about 2.5 s. The bounds leave
+		// more than as much again for a loaded machine, and the beat is
+		// long enough that a survivor starved of CPU for a second does not
+		// take itself for the stalled rank.
 		{"heartbeat/leaf", []string{"FAULTS_HB=500ms", "GOCCL_TIMEOUT=60s"}, 1, 10 * time.Second, true},
 		{"heartbeat/root", []string{"FAULTS_HB=500ms", "GOCCL_TIMEOUT=60s"}, 0, 10 * time.Second, true},
 		// The host backend's wait bound, heartbeat far longer: 3 s and
-		// the records' 1.5 s.
+		// up to 3 s for the records (the stopped rank's never comes).
 		{"collective-timeout/leaf", []string{"FAULTS_HB=20s", "GOCCL_TIMEOUT=3s"}, 2, 15 * time.Second, true},
 		// A ring exchange: the stopped rank's neighbours wait on it in a
 		// Send (4 MiB, past the ring: a rendezvous) and a Recv, each

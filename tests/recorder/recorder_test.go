@@ -183,7 +183,12 @@ func TestStragglerNamedOnJobTimeout(t *testing.T) {
 			// loaded machine.
 			failed, stderr, code := runJob(t, "8s", append([]string{"GOCCL_TIMEOUT=60s", "REC_FAULT=skip", "REC_VICTIM=3", "REC_AT=5"}, tc.env...)...)
 			assert.Equal(t, launcher.ExitTimeout, code)
-			assert.Empty(t, failed, "no rank's call failed")
+			// No rank's own wait ended. One that outlives its rank 0 for a
+			// moment as goccl run stops the ranks sees that connection
+			// close, and may say so before its own signal ends it.
+			for r, l := range failed {
+				assert.Contains(t, l, "rank 0 failed: communicator aborted: connection closed (process exited or aborted)", "rank %d failed other than by goccl run's stop", r)
+			}
 			summary := summaryOf(t, stderr)
 			assert.Contains(t, summary, "rank 3 has not entered AllReduce #5 (int32, 4 KiB); ranks 0-2 wait in it since")
 			assert.Contains(t, summary, "rank 3's last call: AllReduce #4, finished")
