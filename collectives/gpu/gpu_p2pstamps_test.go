@@ -2,12 +2,14 @@ package gpu
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/cuda"
 )
 
 // TestGPUStampKernel: goccl_stamp around work on a stream stores the
@@ -99,4 +101,34 @@ func TestGPUCopyEngineStamps(t *testing.T) {
 	require.True(t, ok, "the copy-engine call's times are stored")
 	assert.Less(t, start, end, "4 MiB of copies lie between them")
 	assert.LessOrEqual(t, end-start, int64(elapsed(t, r.drv, e0, e1)+stampTol), "inside the events around the call")
+}
+
+// TestGPUP2PCopyEngineStamps: a numbered ring of Sends and Recvs wholly on
+// the copy engines, with the recorder on, is timed by the goccl_stamp
+// launches around its copies: both times stored, in order, inside the
+// CUDA events recorded around the group, and the bytes arrive.
+func TestGPUP2PCopyEngineStamps(t *testing.T) {
+	t.Setenv(EnvTune, "p2pce=1M")
+	const n, count, seq = 2, 4 << 20, 23
+	r := newPCERig(t, n, count, func(int) Config { return Config{Device: 0, Transport: "uva", Stamps: stampSlots} })
+	require.NotZero(t, r.bes[0].stamps.fn, "the fatbin lacks goccl_stamp (kernels/stamp.cu)")
+	ring := ceRingGroup(r, 0, count, collectives.Int8)
+	var e0, e1 [n]cuda.Event
+	took := r.ceRoundRun(t, rand.New(rand.NewPCG(23, 1)), 0, count, func() {
+		for rank, be := range r.bes {
+			e0[rank] = r.event(t, rank)
+			g := ring(rank)
+			g.Seq = seq
+			require.NoError(t, be.RunGroup(context.Background(), &g), "rank %d", rank)
+			e1[rank] = r.event(t, rank)
+		}
+	}, func(rank int) []int { return []int{(rank + n - 1) % n} }, "a numbered ring")
+	require.Equal(t, uint32(2), took, "rank 0's Send and Recv on the copy engines")
+	for rank, be := range r.bes {
+		assert.Equal(t, collectives.CopyEngine, be.LastPath().Algo, "rank %d", rank)
+		start, end, ok := be.CallTimes(seq)
+		require.True(t, ok, "rank %d: the group's times are stored", rank)
+		assert.Less(t, start, end, "rank %d: 4 MiB of copies lie between them", rank)
+		assert.LessOrEqual(t, end-start, int64(elapsed(t, r.drv, e0[rank], e1[rank])+stampTol), "rank %d: inside the events around the group", rank)
+	}
 }

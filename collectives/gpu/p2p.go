@@ -211,18 +211,11 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		return err
 	}
 	// The copy-engine ops leave the lanes and go first (p2pce.go).
-	if err := be.runP2PCE(ctx, g, main); err != nil {
+	startStamped, err := be.runP2PCE(ctx, g, main)
+	if err != nil {
 		return err
 	}
-	// The launches' timestamps go to the slot of the group's last
-	// numbered call (a plain group of Sends and Recvs has none), after
-	// its collectives' kernels stored theirs: the group runs from its
-	// first collective's start to the last launch's end, as the recorder
-	// reads a group (its first call's start, its last's finish).
-	seq := g.Seq
-	if n := len(g.Colls); n > 0 {
-		seq = g.Colls[n-1].Seq
-	}
+	seq := groupStampSeq(g)
 	launches := st.launches()
 	binary.LittleEndian.PutUint64(st.prm[offStamp:], be.stamps.slot(seq))
 	binary.LittleEndian.PutUint64(st.prm[offSeq:], seq)
@@ -236,7 +229,7 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		flags |= p2pTimeoutMs(be.p2pTimeout) << p2pTimeoutShift
 		if L == 0 {
 			flags |= p2pStampClaim
-			if len(g.Colls) == 0 {
+			if len(g.Colls) == 0 && !startStamped {
 				flags |= p2pStampStart
 			}
 		}
@@ -345,6 +338,19 @@ func checkP2P(ops []collectives.P2P, rank, nranks int) error {
 			rank, ns, nr, collectives.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// groupStampSeq is the call whose Stamp times a group's point-to-point
+// part: its last numbered collective, after whose kernels the part runs
+// (a plain group of Sends and Recvs has none: the group's own number), so
+// that the group spans from its first collective's start to its last
+// op's end, as the recorder reads a group (its first call's start, its
+// last's finish).
+func groupStampSeq(g *collectives.Group) uint64 {
+	if n := len(g.Colls); n > 0 {
+		return g.Colls[n-1].Seq
+	}
+	return g.Seq
 }
 
 // launches is how many launches the sorted ops take: the longest lane's

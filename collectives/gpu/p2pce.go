@@ -165,11 +165,15 @@ func (be *Backend) pceTakes(x *pceOp) {
 // group's streams are joined into it and before the launches: it takes
 // the ops that qualify out of the kernel's lanes (st.sends, st.recvs) and
 // enqueues them. A failure once the peers may be waiting aborts the
-// communicator.
-func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda.Stream) error {
+// communicator. With the recorder on, a copy engine has no clock of its
+// own: the group's start is stamped before its first copy-engine op where
+// no collective of the group stores it (startStamped: the launches that
+// follow then store none), and its end after the last where no launch
+// follows.
+func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda.Stream) (startStamped bool, err error) {
 	pc := &be.ce.p2p
 	if !pc.on || !be.ce.ok || g.Kind != collectives.PlainGroup || be.nranks < 2 {
-		return nil
+		return false, nil
 	}
 	pc.ops = pc.ops[:0]
 	some := false
@@ -184,7 +188,7 @@ func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda
 		pc.ops = append(pc.ops, x)
 	}
 	if !some && !pc.check {
-		return nil
+		return false, nil
 	}
 	// A graph would freeze the host-side numbers: a captured group runs
 	// on the kernels (every rank captures alike). The group's other
@@ -193,33 +197,40 @@ func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda
 	capturing, err := be.drv.StreamIsCapturing(be.ctx, main)
 	if err != nil {
 		be.Abort(fmt.Errorf("gpu backend: point-to-point: stream capture status: %w", err))
-		return be.abortErr()
+		return false, be.abortErr()
 	}
 	if capturing {
-		return nil
+		return false, nil
 	}
 	be.pceNumber()
 	// Abort stores aborted and then reads the counters; we stored the
 	// counters and now read aborted: its rescue covers them or we stop.
 	if be.aborted.Load() {
-		return be.abortErr()
+		return false, be.abortErr()
 	}
 	if pc.check {
 		if err := be.pceCheck(ctx, main); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if !some {
-		return nil
+		return false, nil
 	}
 	if be.pceUnlane(len(g.P2P)) && len(g.Colls) == 0 {
 		be.last.Algo = collectives.CopyEngine
 	}
+	seq := groupStampSeq(g)
+	if len(g.Colls) == 0 {
+		be.ceStamp(main, seq, ceStampStart)
+	}
 	if err := be.pceEnqueue(main); err != nil {
 		be.Abort(fmt.Errorf("gpu backend: copy-engine point-to-point not enqueued: %w", err))
-		return be.abortErr()
+		return false, be.abortErr()
 	}
-	return nil
+	if be.p2p.launches() == 0 {
+		be.ceStamp(main, seq, ceStampEnd)
+	}
+	return len(g.Colls) == 0, nil
 }
 
 // pceNumber gives the group's ops their numbers, in group order per pair
