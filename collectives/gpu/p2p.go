@@ -211,7 +211,7 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		return err
 	}
 	// The copy-engine ops leave the lanes and go first (p2pce.go).
-	startStamped, err := be.runP2PCE(ctx, g, main)
+	pg, err := be.runP2PCE(ctx, g, main)
 	if err != nil {
 		return err
 	}
@@ -229,11 +229,11 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 		flags |= p2pTimeoutMs(be.p2pTimeout) << p2pTimeoutShift
 		if L == 0 {
 			flags |= p2pStampClaim
-			if len(g.Colls) == 0 && !startStamped {
+			if len(g.Colls) == 0 && !pg.startStamped {
 				flags |= p2pStampStart
 			}
 		}
-		if L == launches-1 {
+		if L == launches-1 && !pg.pending {
 			flags |= p2pStampEnd
 		}
 		binary.LittleEndian.PutUint64(st.prm[offP2PStamp:], flags)
@@ -247,6 +247,11 @@ func (be *Backend) RunGroup(ctx context.Context, g *collectives.Group) error {
 			// Peers' kernels may already wait for this rank's.
 			be.Abort(fmt.Errorf("gpu backend: launch point-to-point: %w", err))
 			return be.abortErr()
+		}
+	}
+	if pg.pending {
+		if err := be.finishP2PCE(g, main); err != nil {
+			return err
 		}
 	}
 	return be.joinStreams(main, false)

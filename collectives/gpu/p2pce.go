@@ -39,14 +39,17 @@ import (
 // the buffer is over; done (cuStreamWriteValue32 fences the stream's
 // earlier writes) says the bytes landed. In a group every copy-engine
 // Recv's ready goes first, then the Sends (each peer's on a stream of its
-// own, the first peer's on the group's stream, the others on side streams
-// forked from it and joined back through events, as ce.go's local copy),
-// then the Recvs' waits, then the kernel launches of the ops that did not
-// qualify: no order of ops in the groups deadlocks, since every wait of the
-// copy-engine phase is on a flag the peer raises before any wait of its
-// own phase. A receiver writes ready once per peer (its last k in the
-// group) and waits done once per peer; a sender waits and signals per op,
-// since the receiver's Recvs may be spread over several of its groups.
+// own, forked from the group's stream and joined back through events, as
+// ce.go's local copy; where no kernel op follows, the first peer's on the
+// group's stream itself), then the kernel launches of the ops that did
+// not qualify, then the joins and the Recvs' waits. No order of ops in
+// the groups deadlocks: every copy-engine wait is on a flag the peer
+// raises before any wait of its own group, and no kernel op queues behind
+// one (the peer may need that op before it reaches the group that raises
+// the flag, when it splits the same ops over two groups). A receiver
+// writes ready once per peer (its last k in the group) and waits done once
+// per peer; a sender waits and signals per op, since the receiver's Recvs
+// may be spread over several of its groups.
 // The waits are cyclic (CU_STREAM_WAIT_VALUE_GEQ), so k may wrap. As for
 // the copy-engine collectives, the communicator's calls run on the device
 // in the order they were issued (one stream, or streams ordered by the
@@ -59,7 +62,8 @@ const (
 	pceTxOff    = pceRxOff + maxRanks*pceRing*pceOfferBytes
 	pceBytes    = pceTxOff + maxRanks*pceRing*pceOfferBytes // tx: offers of rank p's Sends to us
 	pceRing     = 8
-	// An offer: n, ce | offset>>32<<1, offset low, bytes low (u32 each).
+	// An offer: n, ce | offset bits 32-46 <<1 | bytes bits 32-47 <<16,
+	// offset low, bytes low (u32 each; pceOffer).
 	pceOfferBytes = 16
 )
 
@@ -86,7 +90,7 @@ type pceState struct {
 	sendK, recvK [maxRanks]atomic.Uint32
 	sendN, recvN [maxRanks]atomic.Uint32
 
-	side  [maxRanks]cuda.Stream // rank p's copies, but the first peer's (on the group's stream)
+	side  [maxRanks]cuda.Stream // rank p's copies (pceEnqueue: the first peer's may go on the group's stream)
 	joins [maxRanks]cuda.Event  // side[p] done
 	fork  cuda.Event
 	chk   cuda.Stream // the check's reads of the peers' offers
@@ -95,6 +99,11 @@ type pceState struct {
 	// ops the copy engines take.
 	ops  []pceOp
 	isCE []bool
+	// lastRecv[p], firstSend[p]: the group's last copy-engine Recv from
+	// and first Send to p (k, 0: none); sided[p]: its Sends to p went on
+	// side[p] (pceEnqueue), to be joined (pceFinish).
+	lastRecv, firstSend [maxRanks]uint32
+	sided               [maxRanks]bool
 	// The check's pinned read-back, room for hostOps offers.
 	host    unsafe.Pointer
 	hostOps int
@@ -164,16 +173,17 @@ func (be *Backend) pceTakes(x *pceOp) {
 // runP2PCE is RunGroup's copy-engine phase (be.mu held), on main once the
 // group's streams are joined into it and before the launches: it takes
 // the ops that qualify out of the kernel's lanes (st.sends, st.recvs) and
-// enqueues them. A failure once the peers may be waiting aborts the
-// communicator. With the recorder on, a copy engine has no clock of its
-// own: the group's start is stamped before its first copy-engine op where
-// no collective of the group stores it (startStamped: the launches that
-// follow then store none), and its end after the last where no launch
-// follows.
-func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda.Stream) (startStamped bool, err error) {
+// enqueues them; where kernel launches follow, RunGroup ends the phase
+// after them (pceGroup.pending, finishP2PCE). A failure once the peers
+// may be waiting aborts the communicator. With the recorder on, a copy
+// engine has no clock of its own: the group's start is stamped before its
+// first copy-engine op where no collective of the group stores it
+// (pceGroup.startStamped: the launches then store none), and its end
+// after the phase's end (pceGroup.pending: the launches store none).
+func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda.Stream) (pg pceGroup, err error) {
 	pc := &be.ce.p2p
 	if !pc.on || !be.ce.ok || g.Kind != collectives.PlainGroup || be.nranks < 2 {
-		return false, nil
+		return pg, nil
 	}
 	pc.ops = pc.ops[:0]
 	some := false
@@ -188,7 +198,7 @@ func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda
 		pc.ops = append(pc.ops, x)
 	}
 	if !some && !pc.check {
-		return false, nil
+		return pg, nil
 	}
 	// A graph would freeze the host-side numbers: a captured group runs
 	// on the kernels (every rank captures alike). The group's other
@@ -197,24 +207,24 @@ func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda
 	capturing, err := be.drv.StreamIsCapturing(be.ctx, main)
 	if err != nil {
 		be.Abort(fmt.Errorf("gpu backend: point-to-point: stream capture status: %w", err))
-		return false, be.abortErr()
+		return pg, be.abortErr()
 	}
 	if capturing {
-		return false, nil
+		return pg, nil
 	}
 	be.pceNumber()
 	// Abort stores aborted and then reads the counters; we stored the
 	// counters and now read aborted: its rescue covers them or we stop.
 	if be.aborted.Load() {
-		return false, be.abortErr()
+		return pg, be.abortErr()
 	}
 	if pc.check {
 		if err := be.pceCheck(ctx, main); err != nil {
-			return false, err
+			return pg, err
 		}
 	}
 	if !some {
-		return false, nil
+		return pg, nil
 	}
 	if be.pceUnlane(len(g.P2P)) && len(g.Colls) == 0 {
 		be.last.Algo = collectives.CopyEngine
@@ -223,14 +233,32 @@ func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda
 	if len(g.Colls) == 0 {
 		be.ceStamp(main, seq, ceStampStart)
 	}
-	if err := be.pceEnqueue(main); err != nil {
+	pg = pceGroup{startStamped: len(g.Colls) == 0, pending: be.p2p.launches() > 0}
+	if err := be.pceEnqueue(main, pg.pending); err != nil {
 		be.Abort(fmt.Errorf("gpu backend: copy-engine point-to-point not enqueued: %w", err))
-		return false, be.abortErr()
+		return pg, be.abortErr()
 	}
-	if be.p2p.launches() == 0 {
+	if !pg.pending {
 		be.ceStamp(main, seq, ceStampEnd)
 	}
-	return len(g.Colls) == 0, nil
+	return pg, nil
+}
+
+// pceGroup says what the copy-engine phase of a group left to RunGroup.
+type pceGroup struct {
+	startStamped bool // the group's start is stamped: the launches store none
+	pending      bool // the launches come before the phase's end (finishP2PCE)
+}
+
+// finishP2PCE ends a copy-engine phase left pending, after the group's
+// launches, and stamps the group's end.
+func (be *Backend) finishP2PCE(g *collectives.Group, main cuda.Stream) error {
+	if err := be.pceFinish(main); err != nil {
+		be.Abort(fmt.Errorf("gpu backend: copy-engine point-to-point not enqueued: %w", err))
+		return be.abortErr()
+	}
+	be.ceStamp(main, groupStampSeq(g), ceStampEnd)
+	return nil
 }
 
 // pceNumber gives the group's ops their numbers, in group order per pair
@@ -280,47 +308,53 @@ func (be *Backend) pceUnlane(nops int) (all bool) {
 	return all
 }
 
-// pceEnqueue enqueues the copy-engine ops: readies, Sends, Recvs' waits.
-func (be *Backend) pceEnqueue(main cuda.Stream) error {
+// pceEnqueue enqueues the copy-engine ops' readies and Sends, and, where
+// no kernel launch of the group follows (mixed false), their end
+// (pceFinish). In a mixed group every peer's Sends go on a side stream and
+// pceFinish comes after the launches, so that no kernel op of the group
+// queues behind a copy-engine wait: the peer may need that op done before
+// it raises the flag the wait is for (a peer that split the same ops over
+// two groups runs its first group's kernel first).
+func (be *Backend) pceEnqueue(main cuda.Stream, mixed bool) error {
 	pc := &be.ce.p2p
-	var lastRecv, firstSend [maxRanks]uint32
+	pc.lastRecv, pc.firstSend, pc.sided = [maxRanks]uint32{}, [maxRanks]uint32{}, [maxRanks]bool{}
 	for j := range pc.ops {
 		x := &pc.ops[j]
 		switch {
 		case !x.ce:
-		case x.send && firstSend[x.peer] == 0:
-			firstSend[x.peer] = x.k
+		case x.send && pc.firstSend[x.peer] == 0:
+			pc.firstSend[x.peer] = x.k
 		case !x.send:
-			lastRecv[x.peer] = x.k
+			pc.lastRecv[x.peer] = x.k
 		}
 	}
 	for i := 1; i < be.nranks; i++ {
 		p := (be.rank + i) % be.nranks
-		if lastRecv[p] == 0 {
+		if pc.lastRecv[p] == 0 {
 			continue
 		}
 		at := be.pceArea(p) + pceReadyOff + 4*uintptr(be.rank)
-		if err := be.drv.StreamWriteValue32(be.ctx, main, cuda.DevicePtr(at), lastRecv[p]); err != nil {
+		if err := be.drv.StreamWriteValue32(be.ctx, main, cuda.DevicePtr(at), pc.lastRecv[p]); err != nil {
 			return fmt.Errorf("ready to rank %d: %w", p, err)
 		}
 	}
-	// The first peer's copies on main, the others' each on its side
-	// stream, forked once the readies are out.
+	// The first peer's copies on main where nothing follows them there,
+	// the others' each on its side stream, forked once the readies are out.
 	peers := 0
 	for p := range be.nranks {
-		if firstSend[p] != 0 {
+		if pc.firstSend[p] != 0 {
 			peers++
 		}
 	}
-	if peers > 1 {
+	if peers > 1 || (mixed && peers > 0) {
 		if err := be.drv.EventRecord(be.ctx, pc.fork, main); err != nil {
 			return fmt.Errorf("fork: %w", err)
 		}
 	}
-	onMain := true
+	onMain := !mixed
 	for i := 1; i < be.nranks; i++ {
 		p := (be.rank + i) % be.nranks
-		if firstSend[p] == 0 {
+		if pc.firstSend[p] == 0 {
 			continue
 		}
 		s := main
@@ -329,24 +363,37 @@ func (be *Backend) pceEnqueue(main cuda.Stream) error {
 			if err := be.drv.StreamWaitEvent(be.ctx, s, pc.fork); err != nil {
 				return fmt.Errorf("fork: %w", err)
 			}
+			pc.sided[p] = true
 		}
 		if err := be.pceSends(s, p); err != nil {
 			return err
 		}
-		if !onMain {
-			if err := be.joinInto(main, s, pc.joins[p]); err != nil {
+		onMain = false
+	}
+	if mixed {
+		return nil
+	}
+	return be.pceFinish(main)
+}
+
+// pceFinish joins the side streams of pceEnqueue's Sends into main and
+// enqueues the Recvs' waits.
+func (be *Backend) pceFinish(main cuda.Stream) error {
+	pc := &be.ce.p2p
+	for p := range be.nranks {
+		if pc.sided[p] {
+			if err := be.joinInto(main, pc.side[p], pc.joins[p]); err != nil {
 				return err
 			}
 		}
-		onMain = false
 	}
 	for i := 1; i < be.nranks; i++ {
 		p := (be.rank + i) % be.nranks
-		if lastRecv[p] == 0 {
+		if pc.lastRecv[p] == 0 {
 			continue
 		}
 		at := be.pceArea(be.rank) + pceDoneOff + 4*uintptr(p)
-		if err := be.drv.StreamWaitValue32(be.ctx, main, cuda.DevicePtr(at), lastRecv[p], true); err != nil {
+		if err := be.drv.StreamWaitValue32(be.ctx, main, cuda.DevicePtr(at), pc.lastRecv[p], true); err != nil {
 			return fmt.Errorf("wait for rank %d: %w", p, err)
 		}
 	}

@@ -172,16 +172,31 @@ func TestP2PCEMixKeepsTheKernelsOps(t *testing.T) {
 		}}
 		drvs[me].launches = nil
 		require.NoError(t, be.RunGroup(context.Background(), g))
-		want := []fakeOp{{kind: "write", stream: userStream, dst: pceReady(p, me), val: 2}}
+		// The readies, the copy-engine Sends on a side stream, the kernel
+		// on the group's stream, then the join and the Recvs' wait: the
+		// kernel's ops never queue behind a copy-engine wait.
+		pc := &be.ce.p2p
+		before := []fakeOp{
+			{kind: "write", stream: userStream, dst: pceReady(p, me), val: 2},
+			{kind: "record", stream: userStream, event: pc.fork, rec: 1},
+			{kind: "waitEvent", stream: pc.side[p], event: pc.fork, rec: 1},
+		}
 		for i, k := range []uint32{1, 2} {
 			at := 2 * i
-			want = append(want, sendOps(userStream, me, p, slotOf(regBase0, p, at, big), slotOf(regBase0, me, at, big), big, k)...)
+			before = append(before, sendOps(pc.side[p], me, p, slotOf(regBase0, p, at, big), slotOf(regBase0, me, at, big), big, k)...)
 		}
-		want = append(want, fakeOp{kind: "wait", stream: userStream, dst: pceDone(me, p), val: 2, geq: true})
+		after := []fakeOp{
+			{kind: "record", stream: pc.side[p], event: pc.joins[p], rec: 1},
+			{kind: "waitEvent", stream: userStream, event: pc.joins[p], rec: 1},
+			{kind: "wait", stream: userStream, dst: pceDone(me, p), val: 2, geq: true},
+		}
 		ops := drvs[me].opsOf()
-		require.NotEmpty(t, ops)
-		assert.Equal(t, want, ops[:len(ops)-1], "rank %d", me)
-		assert.Equal(t, "launch", ops[len(ops)-1].kind, "the kernel after the copy-engine phase")
+		require.Len(t, ops, len(before)+1+len(after), "rank %d: %v", me, ops)
+		assert.Equal(t, before, ops[:len(before)], "rank %d: before the kernel", me)
+		assert.Equal(t, "launch", ops[len(before)].kind, "rank %d: the kernel", me)
+		assert.Equal(t, userStream, ops[len(before)].stream, "rank %d: the kernel on the group's stream", me)
+		assert.Equal(t, after, ops[len(before)+1:], "rank %d: after the kernel", me)
+		assert.NotEqual(t, userStream, pc.side[p])
 		require.Len(t, drvs[me].launches, 1)
 		lanes := kernelLanes(t, drvs[me].launches[0])
 		assert.Len(t, lanes, 3)

@@ -82,6 +82,7 @@ type eventKey struct {
 func simulate(mem *simMem, drvs []*fakeDriver, rng *rand.Rand) error {
 	var streams []*simStream
 	byKey := map[[2]uintptr]*simStream{}
+	p2pReached := map[[3]int]uint32{}
 	for r, d := range drvs {
 		for _, o := range d.opsOf() {
 			k := [2]uintptr{uintptr(r), uintptr(o.stream)}
@@ -90,6 +91,10 @@ func simulate(mem *simMem, drvs []*fakeDriver, rng *rand.Rand) error {
 				st = &simStream{rank: r, s: o.stream}
 				byKey[k] = st
 				streams = append(streams, st)
+			}
+			if o.kind == "launch" && o.name == "goccl_p2p" {
+				st.ops = append(st.ops, p2pKernelModel(o, r, p2pReached)...)
+				continue
 			}
 			if o.kind == "launch" && strings.HasPrefix(o.name, "goccl_cereduce_") {
 				steps, err := ceReduceModel(o)
