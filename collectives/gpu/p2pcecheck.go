@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -31,14 +32,20 @@ import (
 // group with more ops than the ring to one peer in one direction
 // overwrites its own first offers; those ops go unverified.
 
-// pceOffer is an offer's four words: n, ce | off>>32<<1, off, bytes.
+// pceOffer is an offer's four words: n; ce, bits 32-46 of the offset
+// and bits 32-47 of the bytes; the offset's and the bytes' low words.
 func pceOffer(x *pceOp) [4]uint32 {
 	var ce uint32
 	off := uint64(0)
 	if x.ce {
 		ce, off = 1, uint64(x.off)
 	}
-	return [4]uint32{x.n, ce | uint32(off>>32)<<1, uint32(off), uint32(x.bytes)}
+	return [4]uint32{x.n, ce | uint32(off>>32&0x7fff)<<1 | uint32(x.bytes>>32&0xffff)<<16, uint32(off), uint32(x.bytes)}
+}
+
+// pceOfferFields decodes an offer's path, offset and bytes.
+func pceOfferFields(w [4]uint32) (ce bool, off uintptr, bytes uint64) {
+	return w[1]&1 == 1, uintptr(w[1]>>1&0x7fff)<<32 | uintptr(w[2]), uint64(w[1]>>16)<<32 | uint64(w[3])
 }
 
 // pceSlot is where, in rank owner's area, the offer of peer's op number n
@@ -123,15 +130,23 @@ func (be *Backend) pceReadOffers(ctx context.Context) error {
 		}
 	}
 	pause := 10 * time.Microsecond
+	var deadline time.Time
+	if be.p2pTimeout > 0 {
+		deadline = time.Now().Add(be.p2pTimeout)
+	}
 	for {
 		done, err := be.drv.StreamQuery(be.ctx, pc.chk)
 		switch {
 		case err != nil:
 			return fmt.Errorf("wait for the offers: %w", err)
+		case be.aborted.Load():
+			// Abort's rescue releases the reads with offers that verify
+			// nothing: the group must not go on.
+			return be.abortErr()
 		case done:
 			return nil
-		case be.aborted.Load():
-			return be.abortErr()
+		case !deadline.IsZero() && time.Now().After(deadline):
+			return be.pceOffersLate()
 		}
 		select {
 		case <-ctx.Done():
@@ -140,6 +155,23 @@ func (be *Backend) pceReadOffers(ctx context.Context) error {
 		}
 		pause = min(2*pause, time.Millisecond)
 	}
+}
+
+// pceOffersLate is the check's wait past GOCCL_TIMEOUT: a peer's stream
+// has not reached the ops this group pairs with. The check holds this
+// rank's host meanwhile, so a peer that put those ops in several groups,
+// an earlier one waiting for this rank's, never reaches them.
+func (be *Backend) pceOffersLate() error {
+	var peers []int
+	for j := range be.ce.p2p.ops {
+		if p := be.ce.p2p.ops[j].peer; !slices.Contains(peers, p) {
+			peers = append(peers, p)
+		}
+	}
+	return fmt.Errorf("%w: waited %v for the offers of the matching Sends and Recvs of ranks %v: a peer has not reached them "+
+		"(under GOCCL_CHECK a group on the copy-engine path waits on the host for its peers' matching ops: "+
+		"a peer that splits them over groups whose first waits for this rank's never reaches them)",
+		collectives.ErrTimeout, be.p2pTimeout, peers)
 }
 
 // pceGrowHost makes room for n offers in the pinned read-back.
@@ -166,9 +198,7 @@ func (be *Backend) pceCompare(x *pceOp, got [4]uint32) error {
 		// ring to one peer): unverified.
 		return nil
 	}
-	theirCE := got[1]&1 == 1
-	theirOff := uintptr(got[1]>>1)<<32 | uintptr(got[2])
-	theirBytes := got[3]
+	theirCE, theirOff, theirBytes := pceOfferFields(got)
 	if !x.ce && !theirCE {
 		return nil // the kernels compare the byte counts themselves
 	}
@@ -178,12 +208,15 @@ func (be *Backend) pceCompare(x *pceOp, got [4]uint32) error {
 		}
 		return fmt.Sprintf("takes the kernels with %d bytes (its buffer in no registration, or under p2pce)", bytes)
 	}
-	if x.ce == theirCE && x.off == theirOff && uint32(x.bytes) == theirBytes {
+	// The fields as an offer carries them (offsets below 2^47, counts
+	// below 2^48 bytes).
+	_, myOff, myBytes := pceOfferFields(pceOffer(x))
+	if x.ce == theirCE && myOff == theirOff && myBytes == theirBytes {
 		return nil
 	}
 	// Both ranks say it alike: the Send first.
 	sender, receiver := be.rank, x.peer
-	sendSide, recvSide := what(x.ce, x.off, x.bytes), what(theirCE, theirOff, uint64(theirBytes))
+	sendSide, recvSide := what(x.ce, x.off, x.bytes), what(theirCE, theirOff, theirBytes)
 	if !x.send {
 		sender, receiver = x.peer, be.rank
 		sendSide, recvSide = recvSide, sendSide

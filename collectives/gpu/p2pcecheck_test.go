@@ -89,6 +89,12 @@ func (d *liveDriver) StreamQuery(_ cuda.Context, s cuda.Stream) (bool, error) {
 // newLiveBackends builds n checking backends over live drivers.
 func newLiveBackends(t *testing.T, n int) ([]*Backend, []*fakeDriver) {
 	t.Helper()
+	return newLiveBackendsWith(t, n, Config{Check: true})
+}
+
+// newLiveBackendsWith is newLiveBackends with cfg (its Device set per rank).
+func newLiveBackendsWith(t *testing.T, n int, cfg Config) ([]*Backend, []*fakeDriver) {
+	t.Helper()
 	mem := &liveMem{m: newSimMem()}
 	g := transporttest.NewGroup(n)
 	bes := make([]*Backend, n)
@@ -99,7 +105,9 @@ func newLiveBackends(t *testing.T, n int) ([]*Backend, []*fakeDriver) {
 		mk := func(_ context.Context, _ string, _ cuda.Driver, b transport.Bootstrap, _ cuda.Device, _ cuda.Context) (transport.Mapper, error) {
 			return &fakeMapper{b: b}, nil
 		}
-		be, err := newBackend(context.Background(), live, b, Config{Device: rank, Check: true}, []byte("fatbin"), mk)
+		c := cfg
+		c.Device = rank
+		be, err := newBackend(context.Background(), live, b, c, []byte("fatbin"), mk)
 		bes[rank] = be
 		return err
 	}))
@@ -248,6 +256,15 @@ func TestP2PCECheckWaitEnds(t *testing.T) {
 		require.ErrorIs(t, err, collectives.ErrAborted)
 		require.ErrorIs(t, err, cause)
 	})
+	t.Run("GOCCL_TIMEOUT", func(t *testing.T) {
+		bes, _ := newLiveBackendsWith(t, 2, Config{Check: true, Timeout: 30 * time.Millisecond})
+		allocAll(t, bes, size)
+		g := group
+		err := bes[0].RunGroup(context.Background(), &g)
+		require.ErrorIs(t, err, collectives.ErrTimeout)
+		require.ErrorIs(t, err, collectives.ErrAborted, "the peer may wait for this rank: the communicator stops")
+		require.ErrorContains(t, err, "offers of the matching Sends and Recvs of ranks [1]")
+	})
 	t.Run("context", func(t *testing.T) {
 		bes, _ := newLiveBackends(t, 2)
 		allocAll(t, bes, size)
@@ -290,5 +307,41 @@ func TestP2PCECheckMustBeAlike(t *testing.T) {
 				assert.Contains(t, err.Error(), "GOCCL_CHECK", "rank %d", r)
 			}
 		})
+	}
+}
+
+// An offer carries the path, the offset below 2^47 and the bytes below
+// 2^48 whole: counts 4 GiB apart, or offsets, do not compare equal.
+func TestP2PCEOfferFields(t *testing.T) {
+	for _, x := range []pceOp{
+		{n: 7, ce: true, off: 0x1234_5678_9abc, bytes: 5<<32 | 17},
+		{n: 1, ce: true, off: 0, bytes: 1 << 20},
+		{n: 9, ce: false, off: 0x40, bytes: 0xffff_ffff_ffff},
+	} {
+		ce, off, bytes := pceOfferFields(pceOffer(&x))
+		wantOff := x.off
+		if !x.ce {
+			wantOff = 0 // the kernels' ops offer no offset
+		}
+		assert.Equal(t, []any{x.ce, wantOff, x.bytes}, []any{ce, off, bytes}, "%+v", x)
+	}
+	be := &Backend{rank: 0}
+	mine := pceOp{n: 3, peer: 1, send: true, ce: true, off: 0x1000, bytes: 1 << 20}
+	for _, tc := range []struct {
+		name  string
+		their pceOp
+		ok    bool
+	}{
+		{"alike", pceOp{n: 3, ce: true, off: 0x1000, bytes: 1 << 20}, true},
+		{"4 GiB more", pceOp{n: 3, ce: true, off: 0x1000, bytes: 1<<32 + 1<<20}, false},
+		{"offset 2^32 apart", pceOp{n: 3, ce: true, off: 1<<32 + 0x1000, bytes: 1 << 20}, false},
+		{"the kernels", pceOp{n: 3, ce: false, bytes: 1 << 20}, false},
+	} {
+		err := be.pceCompare(&mine, pceOffer(&tc.their))
+		if tc.ok {
+			assert.NoError(t, err, tc.name)
+		} else {
+			assert.ErrorIs(t, err, ErrNotSymmetric, tc.name)
+		}
 	}
 }
