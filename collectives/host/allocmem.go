@@ -212,24 +212,30 @@ func mapAlloc(ctx context.Context, b transport.Bootstrap, size int) (*allocMem, 
 		s.keys[q] = mapKey{le.Uint64(m[1:]), le.Uint64(m[9:])}
 	}
 	// Descriptors go to the ranks of other processes only; sends do not
-	// block on the peer, so all go out before any is awaited.
+	// block on the peer, so all go out before any is awaited. A failed
+	// send or receive goes on with the others and fails every rank in the
+	// agreement below rather than leaving them waiting there (a receiver
+	// this rank could not send to still waits for its descriptor).
 	other := func(q int) bool { return q != me && s.keys[q].token != procToken }
+	var merr error
 	for q := 0; q < n; q++ {
 		if other(q) {
-			if err := b.SendFDs(ctx, q, []int{fd}); err != nil {
-				return fail(fmt.Errorf("send rank %d the memfd: %w", q, err))
+			if err := b.SendFDs(ctx, q, []int{fd}); err != nil && merr == nil {
+				merr = fmt.Errorf("send rank %d the memfd: %w", q, err)
 			}
 		}
 	}
 	closeFD() // the mapping keeps the memory alive
-	var merr error
 	for q := 0; q < n; q++ {
 		switch {
 		case q == me:
 		case other(q):
 			fds, err := b.RecvFDs(ctx, q, 1)
 			if err != nil {
-				return fail(fmt.Errorf("receive rank %d's memfd: %w", q, err))
+				if merr == nil {
+					merr = fmt.Errorf("receive rank %d's memfd: %w", q, err)
+				}
+				continue
 			}
 			if merr == nil {
 				s.views[q], merr = adoptMap(s.keys[q], fds[0], size, q)
