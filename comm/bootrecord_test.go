@@ -2,6 +2,8 @@ package comm
 
 import (
 	"errors"
+	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -47,5 +49,23 @@ func TestRecordMayCome(t *testing.T) {
 			require.NoError(t, comms[0].boot.Close())
 			require.Eventually(t, func() bool { return !comms[1].boot.recordMayCome(0) }, 10*time.Second, 5*time.Millisecond, "rank 1 lost rank 0")
 		})
+	}
+}
+
+// A failure notice says a rank is gone only when its cause is describe's
+// own for a closed or silent connection, not one that quotes it.
+func TestLostCause(t *testing.T) {
+	b := &tcpBootstrap{hbTimeout: 5 * time.Second}
+	for _, tc := range []struct {
+		msg  string
+		lost bool
+	}{
+		{b.describe(io.EOF).Error(), true},
+		{b.describe(os.ErrDeadlineExceeded).Error(), true},
+		{"timed out waiting for peer: this rank stalled for 7s (then: " + b.describe(os.ErrDeadlineExceeded).Error() + ")", false},
+		{"called Abort: " + b.describe(io.EOF).Error(), false},
+		{"timed out waiting for peer: host: rank 1 waited 3s for rank 3 at step 5", false},
+	} {
+		assert.Equal(t, tc.lost, lostCause(tc.msg), "%q", tc.msg)
 	}
 }

@@ -187,7 +187,7 @@ func (b *tcpBootstrap) readLoop(p *peer) {
 					continue
 				}
 			}
-			if lostCause(msg) {
+			if lostCause(msg) && r != p.rank {
 				b.markLost(r)
 			}
 			b.peerFailed(r, remoteCause(msg))
@@ -306,9 +306,9 @@ func (b *tcpBootstrap) describe(err error) error {
 }
 
 // lostCause reports whether a failure notice's text is describe's for a
-// closed or silent connection.
+// closed or silent connection (not one that quotes it).
 func lostCause(msg string) bool {
-	return strings.Contains(msg, closedConnText) || strings.Contains(msg, noHeartbeatText)
+	return msg == closedConnText || strings.HasPrefix(msg, collectives.ErrTimeout.Error()+": "+noHeartbeatText+" ")
 }
 
 // peerFailed records that rank r failed; rank 0 tells every other leaf.

@@ -291,7 +291,14 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 	deadline := time.NewTimer(recorderWait)
 	defer deadline.Stop()
 	seen := make([][]byte, c.size) // the bootstrap's records already parsed
+	may := make([]bool, c.size)
 	for {
+		// Whether a record may still come, read before the records: one
+		// that came is kept before its rank is marked gone, so a rank
+		// read as gone here has its record, if any, in shared.
+		for r := range may {
+			may[r] = r != c.rank && c.boot.recordMayCome(r)
+		}
 		shared, more := c.boot.peerRecords()
 		missing := 0
 		for r := range recs {
@@ -310,7 +317,7 @@ func (c *Comm) explainAbort(ctx context.Context, cause error) string {
 					recs[r] = rec
 				}
 			}
-			if !finalRecord(recs[r]) && c.boot.recordMayCome(r) {
+			if !finalRecord(recs[r]) && may[r] {
 				missing++
 			}
 		}
