@@ -62,5 +62,5 @@ func readPublishedID(path string) (UniqueID, error) {
 	}
 	buf := make([]byte, 2*UniqueIDBytes+2)
 	n, _ := f.Read(buf)
-	return ParseUniqueID(strings.TrimSpace(string(buf[:n])))
+	return parseUniqueID(strings.TrimSpace(string(buf[:n])))
 }

@@ -235,7 +235,7 @@ func startBootstrap(ctx context.Context, spec joinSpec, set settings) (*tcpBoots
 				ip = set.ifIP
 			}
 			if ln, err = listenOn(ip); err == nil {
-				id, err = NewUniqueIDAt(ln.Addr().(*net.TCPAddr).AddrPort())
+				id, err = newUniqueIDAt(ln.Addr().(*net.TCPAddr).AddrPort())
 				if err == nil {
 					err = publishID(spec.filePath, id)
 				}
@@ -329,7 +329,7 @@ func buildComm(ctx context.Context, cancel context.CancelFunc, boot *tcpBootstra
 		if device < 0 {
 			device = spec.localRank % count
 		} else if device >= count {
-			return nil, fmt.Errorf("%w: rank %d: device %d, but %d CUDA devices are visible", collectives.ErrInvalidArgument, spec.rank, device, count)
+			return nil, fmt.Errorf("%w: device %d, but %d CUDA devices are visible", collectives.ErrInvalidArgument, device, count)
 		}
 	}
 	cfg := BackendConfig{Name: name, Device: device, LocalRank: spec.localRank, Transport: set.transport, Algo: set.algo, Logger: set.log,

@@ -379,7 +379,7 @@ func leafHandshake(ctx context.Context, conn net.Conn, c joinConfig) (p *peer, p
 		h, payload, err := readFrame(conn, hdr)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, 0, false, fmt.Errorf("%w: rank %d: the job did not form within the init timeout: %v", collectives.ErrTimeout, c.rank, ctx.Err())
+				return nil, nil, 0, false, fmt.Errorf("%w: the job did not form within the init timeout: %v", collectives.ErrTimeout, ctx.Err())
 			}
 			if acked {
 				return nil, nil, 0, false, &collectives.PeerError{Rank: 0, Cause: fmt.Errorf("lost during init: %w", err)}

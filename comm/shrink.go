@@ -59,7 +59,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts Options) (*Comm, 
 	defer rp.mu.Unlock()
 	spec := joinSpec{nranks: len(survivors), rank: me, localRank: rp.localRanks(survivors)[me], hub: rp.hub}
 	if len(survivors) == 1 {
-		spec.id, err = NewUniqueIDAt(netip.AddrPortFrom(rp.ip, 1)) // never dialled
+		spec.id, err = newUniqueIDAt(netip.AddrPortFrom(rp.ip, 1)) // never dialled
 	} else {
 		sctx, cancel := context.WithTimeout(ctx, set.timeout)
 		s := &shrinker{c: c, rp: rp, ex: ex, survivors: survivors, leader: survivors[0], events: make(chan shrinkEvent), stop: make(chan struct{})}
@@ -634,7 +634,7 @@ func (s *shrinker) follow(ctx context.Context) (UniqueID, error) {
 				case ev.hdr.Kind == kindHeartbeat:
 					acked = true
 				case ev.hdr.Kind == kindWelcome:
-					return UniqueIDFromBytes(ev.payload)
+					return uniqueIDFromBytes(ev.payload)
 				case ev.hdr.Kind == kindReject:
 					return UniqueID{}, shrinkRejection(ev.payload, s.leader)
 				default:

@@ -176,14 +176,14 @@ func (c *Comm) newChildID(nranks int, pairs bool) (UniqueID, net.Listener, error
 	ip := c.rescue.ip
 	if nranks == 1 || pairs {
 		// No rank will dial it: the address only has to be well formed.
-		id, err := NewUniqueIDAt(netip.AddrPortFrom(ip, 1))
+		id, err := newUniqueIDAt(netip.AddrPortFrom(ip, 1))
 		return id, nil, err
 	}
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
 		return UniqueID{}, nil, fmt.Errorf("listening for the new communicator on %s: %w", ip, err)
 	}
-	id, err := NewUniqueIDAt(ln.Addr().(*net.TCPAddr).AddrPort())
+	id, err := newUniqueIDAt(ln.Addr().(*net.TCPAddr).AddrPort())
 	if err != nil {
 		_ = ln.Close()
 		return UniqueID{}, nil, err
@@ -329,7 +329,7 @@ func decodeSplitOffer(b []byte) (UniqueID, bool, error) {
 	}
 	switch b[4] {
 	case 1, 3:
-		id, err := UniqueIDFromBytes(b[5:])
+		id, err := uniqueIDFromBytes(b[5:])
 		return id, b[4] == 3, err
 	case 2:
 		return UniqueID{}, false, errors.New(printable(b[5:]))

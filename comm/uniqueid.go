@@ -75,20 +75,26 @@ func newUniqueIDOn(ifname string) (UniqueID, error) {
 	}
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	_ = l.Close()
-	return NewUniqueIDAt(ap)
+	return newUniqueIDAt(ap)
 }
 
 // NewUniqueIDAt makes an id for rank 0 listening at addr with a fresh
 // random magic and token.
 func NewUniqueIDAt(addr netip.AddrPort) (UniqueID, error) {
+	id, err := newUniqueIDAt(addr)
+	return id, libErr(err)
+}
+
+// newUniqueIDAt is NewUniqueIDAt for the package's own callers, whose
+// errors get the prefix where they leave the package.
+func newUniqueIDAt(addr netip.AddrPort) (UniqueID, error) {
 	var secret [24]byte
 	if _, err := rand.Read(secret[:]); err != nil {
-		return UniqueID{}, libErr(fmt.Errorf("random magic: %w", err))
+		return UniqueID{}, fmt.Errorf("random magic: %w", err)
 	}
 	var tok [16]byte
 	copy(tok[:], secret[8:])
-	id, err := makeID(addr, binary.BigEndian.Uint64(secret[:8]), tok)
-	return id, libErr(err)
+	return makeID(addr, binary.BigEndian.Uint64(secret[:8]), tok)
 }
 
 func makeID(addr netip.AddrPort, magic uint64, token [16]byte) (UniqueID, error) {
@@ -160,24 +166,36 @@ func (id UniqueID) String() string { return hex.EncodeToString(id[:]) }
 
 // ParseUniqueID reads String's output.
 func ParseUniqueID(s string) (UniqueID, error) {
+	id, err := parseUniqueID(s)
+	return id, libErr(err)
+}
+
+// parseUniqueID is ParseUniqueID for the package's own callers.
+func parseUniqueID(s string) (UniqueID, error) {
 	var id UniqueID
 	if len(s) != 2*UniqueIDBytes {
-		return id, libErr(fmt.Errorf("%w: %d hex digits, want %d", ErrBadUniqueID, len(s), 2*UniqueIDBytes))
+		return id, fmt.Errorf("%w: %d hex digits, want %d", ErrBadUniqueID, len(s), 2*UniqueIDBytes)
 	}
 	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return id, libErr(fmt.Errorf("%w: %v", ErrBadUniqueID, err))
+		return id, fmt.Errorf("%w: %v", ErrBadUniqueID, err)
 	}
-	return id, libErr(id.check())
+	return id, id.check()
 }
 
 // UniqueIDFromBytes checks and copies a 128-byte id (as from a C caller).
 func UniqueIDFromBytes(b []byte) (UniqueID, error) {
+	id, err := uniqueIDFromBytes(b)
+	return id, libErr(err)
+}
+
+// uniqueIDFromBytes is UniqueIDFromBytes for the package's own callers.
+func uniqueIDFromBytes(b []byte) (UniqueID, error) {
 	var id UniqueID
 	if len(b) != UniqueIDBytes {
-		return id, libErr(fmt.Errorf("%w: %d bytes, want %d", ErrBadUniqueID, len(b), UniqueIDBytes))
+		return id, fmt.Errorf("%w: %d bytes, want %d", ErrBadUniqueID, len(b), UniqueIDBytes)
 	}
 	copy(id[:], b)
-	return id, libErr(id.check())
+	return id, id.check()
 }
 
 func (id UniqueID) check() error {

@@ -2,6 +2,8 @@ package comm
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,4 +81,18 @@ func TestIDFromEnvDerivesMagic(t *testing.T) {
 	assert.NotEqual(t, d.Magic(), a.Magic())
 	assert.NotEqual(t, d.Magic(), e.Magic(), "the job token enters the magic")
 	assert.NotEqual(t, d.Token(), e.Token())
+}
+
+// The package's own readers of ids leave the "goccl: " prefix to the
+// call that returns their error: a malformed rendezvous file reads as
+// the bad id alone, still ErrBadUniqueID.
+func TestPublishedIDErrorHasNoPrefix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "id")
+	require.NoError(t, os.WriteFile(path, []byte("ab\n"), 0o600))
+	_, err := readPublishedID(path)
+	require.ErrorIs(t, err, ErrBadUniqueID)
+	assert.NotContains(t, err.Error(), "goccl:")
+	_, err = ParseUniqueID("ab")
+	require.ErrorIs(t, err, ErrBadUniqueID)
+	assert.True(t, strings.HasPrefix(err.Error(), "goccl: "), "the exported call says whose error it is: %q", err)
 }
