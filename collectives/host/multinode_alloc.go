@@ -148,17 +148,19 @@ func (m *multi) agreeAlloc(size uint64, bad error) error {
 }
 
 // agreeOutcome allgathers whether each node allocated: a node that failed
-// fails every rank, so that no rank holds an allocation its peers lack.
+// fails every rank, so that no rank holds an allocation its peers lack. A
+// rank whose backend failed meanwhile (a gather of its node's) takes part
+// all the same, so that the other nodes' ranks learn it at once.
 func (m *multi) agreeOutcome(local error) error {
-	if e := m.failure.Load(); e != nil {
-		return *e
-	}
+	failed := m.failure.Load()
 	msg := []byte{0}
-	if local != nil {
+	if local != nil || failed != nil {
 		msg[0] = 1
 	}
 	all, err := m.gatherAll(msg)
 	switch {
+	case failed != nil:
+		return *failed
 	case local != nil:
 		return m.globalize(fmt.Errorf("host backend: alloc on node %d: %w", m.node, local))
 	case err != nil:
