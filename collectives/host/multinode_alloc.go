@@ -104,14 +104,20 @@ func (m *multi) Alloc(ctx context.Context, size uint64) (uintptr, collectives.Re
 
 // scratchFor is the shared scratch an allocation of size bytes needs
 // beyond what is held (bytes of the big and the small part); 0, 0 where
-// none is needed.
+// none is needed, or where it would pass the largest allocation (the
+// node legs of such calls then stage through private scratch, rather
+// than the Alloc fail quoting a size the caller never asked for).
 func (m *multi) scratchFor(size uint64) (big, small int) {
 	L := len(m.members[m.node])
 	if !m.equal || L == 1 || size <= m.shFor {
 		return 0, 0
 	}
 	line := func(n int) int { return (n + lineBytes - 1) / lineBytes * lineBytes }
-	return line(int(size)), line((int(size) + L - 1) / L)
+	big, small = line(int(size)), line((int(size)+L-1)/L)
+	if uint64(big+small) > maxAlloc {
+		return 0, 0
+	}
+	return big, small
 }
 
 // agreeAlloc allgathers (valid, size, shared scratch held) among every
