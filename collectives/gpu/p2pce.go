@@ -239,7 +239,7 @@ func (be *Backend) runP2PCE(ctx context.Context, g *collectives.Group, main cuda
 		return pg, be.abortErr()
 	}
 	if !pg.pending {
-		be.ceStamp(main, seq, ceStampEnd)
+		return pg, be.finishP2PCE(g, main)
 	}
 	return pg, nil
 }
@@ -250,8 +250,8 @@ type pceGroup struct {
 	pending      bool // the launches come before the phase's end (finishP2PCE)
 }
 
-// finishP2PCE ends a copy-engine phase left pending, after the group's
-// launches, and stamps the group's end.
+// finishP2PCE ends a group's copy-engine phase (after its launches when
+// pending) and stamps the group's end.
 func (be *Backend) finishP2PCE(g *collectives.Group, main cuda.Stream) error {
 	if err := be.pceFinish(main); err != nil {
 		be.Abort(fmt.Errorf("gpu backend: copy-engine point-to-point not enqueued: %w", err))
@@ -308,13 +308,13 @@ func (be *Backend) pceUnlane(nops int) (all bool) {
 	return all
 }
 
-// pceEnqueue enqueues the copy-engine ops' readies and Sends, and, where
-// no kernel launch of the group follows (mixed false), their end
-// (pceFinish). In a mixed group every peer's Sends go on a side stream and
-// pceFinish comes after the launches, so that no kernel op of the group
-// queues behind a copy-engine wait: the peer may need that op done before
-// it raises the flag the wait is for (a peer that split the same ops over
-// two groups runs its first group's kernel first).
+// pceEnqueue enqueues the copy-engine ops' readies and Sends; pceFinish
+// ends them. In a group with kernel launches too (mixed) every peer's
+// Sends go on a side stream and pceFinish comes after the launches, so
+// that no kernel op of the group queues behind a copy-engine wait: the
+// peer may need that op done before it raises the flag the wait is for
+// (a peer that split the same ops over two groups runs its first group's
+// kernel first).
 func (be *Backend) pceEnqueue(main cuda.Stream, mixed bool) error {
 	pc := &be.ce.p2p
 	pc.lastRecv, pc.firstSend, pc.sided = [maxRanks]uint32{}, [maxRanks]uint32{}, [maxRanks]bool{}
@@ -370,10 +370,7 @@ func (be *Backend) pceEnqueue(main cuda.Stream, mixed bool) error {
 		}
 		onMain = false
 	}
-	if mixed {
-		return nil
-	}
-	return be.pceFinish(main)
+	return nil
 }
 
 // pceFinish joins the side streams of pceEnqueue's Sends into main and
