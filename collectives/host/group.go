@@ -130,13 +130,12 @@ func (b *backend) runPairs(ctx context.Context, g *collectives.Group) error {
 			continue
 		}
 		if err := b.idle(ctx, &w, bell, st); err != nil {
-			if !errors.Is(err, collectives.ErrTimeout) {
-				b.clearWait()
-			}
-			// A rank that gave up on its peers leaves its wait
-			// published: the ranks that time out after it, a moment
-			// later, follow the chain through it as through a rank
-			// still waiting (its last look goes stale in waitFresh).
+			// A rank whose wait ended without its peers (it timed out,
+			// or another's failure aborted it) leaves that wait
+			// published: the ranks that time out a moment later follow
+			// the chain through it as through a rank still waiting (its
+			// last look goes stale in waitFresh), and see a cycle as a
+			// cycle. Its next progress withdraws it.
 			return err
 		}
 	}

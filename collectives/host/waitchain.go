@@ -14,16 +14,25 @@ import (
 // publishes, in its control words, the peers it waits for, since when
 // (its last progress) and when it last looked. A rank that times out on
 // a peer follows the chain first: when that peer itself waits, still
-// looking, since no later than this rank, for a third (besides this rank,
-// which is ready for it), the third is the one the job waits for. Eager Sends make such chains common: in a ring
+// looking, for a third (besides this rank, which is ready for it), and
+// has done so for at least half this rank's timeout, the third is the
+// one the job waits for. Eager Sends make such chains common: in a ring
 // whose rank 1 stopped, rank 0's Send to 1 completes and rank 0 waits
 // for rank 2, which waits for rank 1; each would otherwise name its own
-// neighbour, whichever timeout fires first.
+// neighbour, whichever timeout fires first. Half, not the whole: rank 2
+// may have received the last of a message rank 1 was still writing when
+// it stopped after rank 0 began its wait, and its timeout is then still
+// to come when rank 0's ends.
 const (
 	offWaitOn    = 896 // a bit per peer this rank waits for; 0: not waiting
 	offWaitSince = 904 // unix ns: its last progress
 	offWaitSeen  = 912 // unix ns: when it last looked (a stopped rank's goes stale)
 )
+
+// chainSlack is how much later than this rank's wait a peer's wait on a
+// third may have begun and still count: it has then waited for the third
+// at least half this rank's timeout.
+func (b *backend) chainSlack() time.Duration { return b.cfg.Timeout / 2 }
 
 // waitFresh bounds how old a peer's last look may be for its wait to
 // count: a rank still waiting looks at least every maxSleep.
@@ -76,10 +85,11 @@ func (b *backend) blameChain(peer int, start, now time.Time) (int, []int) {
 	}
 	var via []int
 	visited := uint64(1)<<b.rank | uint64(1)<<peer
+	latest := start.Add(b.chainSlack())
 	for range b.n {
 		on, since, seen := b.waitWords(peer)
 		mask := atomic.LoadUint64(on)
-		if time.Unix(0, int64(atomic.LoadUint64(since))).After(start) ||
+		if time.Unix(0, int64(atomic.LoadUint64(since))).After(latest) ||
 			now.Sub(time.Unix(0, int64(atomic.LoadUint64(seen)))) > waitFresh {
 			break
 		}
@@ -128,7 +138,7 @@ func (b *backend) chainedStuck(err error, peer int, start time.Time) error {
 	}
 	s := fmt.Sprintf("host: rank %d waits for rank %d", b.rank, peer)
 	for _, r := range via[1:] {
-		s += fmt.Sprintf(", which has waited longer for rank %d", r)
+		s += fmt.Sprintf(", which itself waits for rank %d", r)
 	}
-	return &collectives.PeerError{Rank: end, Cause: fmt.Errorf("%s, which has waited longer for rank %d: %w", s, end, err)}
+	return &collectives.PeerError{Rank: end, Cause: fmt.Errorf("%s, which itself waits for rank %d: %w", s, end, err)}
 }

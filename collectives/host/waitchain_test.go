@@ -62,7 +62,7 @@ func TestTimeoutFollowsTheWaitChain(t *testing.T) {
 	var pe *collectives.PeerError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, 1, pe.Rank, "the chain's end: %v", err)
-	assert.Contains(t, err.Error(), "host: rank 0 waits for rank 2, which has waited longer for rank 1")
+	assert.Contains(t, err.Error(), "host: rank 0 waits for rank 2, which itself waits for rank 1")
 	assert.Contains(t, err.Error(), "rank 0 waited 1s for rank 2", "the original timeout stays the cause")
 	select {
 	case err2 := <-done2:
@@ -95,7 +95,7 @@ func TestTimeoutChainStopsAtACycle(t *testing.T) {
 	var pe *collectives.PeerError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, 1, pe.Rank, "a cycle blames the peer: %v", err)
-	assert.NotContains(t, err.Error(), "which has waited longer")
+	assert.NotContains(t, err.Error(), "which itself waits")
 	runtime.KeepAlive(bufs)
 }
 
@@ -151,4 +151,41 @@ func TestWaitChainOutOfACycleNamesTheStopped(t *testing.T) {
 	end, via := b0.blameChain(1, start, now)
 	assert.Equal(t, 2, end)
 	assert.Equal(t, []int{1}, via)
+}
+
+// A peer whose wait on a stopped third began a little after this rank's
+// (it received the last of a message the third was writing when it
+// stopped) is still followed to the third; one that began waiting more
+// than half this rank's timeout later is itself the one named.
+func TestWaitChainSlack(t *testing.T) {
+	ranks := chainJob(t, []time.Duration{time.Minute, time.Minute, time.Minute})
+	b0 := ranks[0].(*backend)
+	now := time.Now()
+	start := now.Add(-time.Minute) // rank 0's wait on rank 2, timed out
+	set := func(q int, on uint64, since, seen time.Time) {
+		w, s, sn := b0.waitWords(q)
+		atomic.StoreUint64(s, uint64(since.UnixNano()))
+		atomic.StoreUint64(sn, uint64(seen.UnixNano()))
+		atomic.StoreUint64(w, on)
+	}
+	for _, tc := range []struct {
+		name  string
+		since time.Time // rank 2's wait on rank 1
+		end   int
+		via   []int
+	}{
+		{"earlier", start.Add(-time.Second), 1, []int{2}},
+		{"a little later", start.Add(200 * time.Millisecond), 1, []int{2}},
+		{"half the timeout later", start.Add(30 * time.Second), 1, []int{2}},
+		{"more than half later", start.Add(31 * time.Second), 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set(0, 1<<2, start, now)
+			set(2, 1<<1, tc.since, now)
+			set(1, 1<<0, start.Add(-time.Hour), now.Add(-time.Hour)) // stopped an hour ago
+			end, via := b0.blameChain(2, start, now)
+			assert.Equal(t, tc.end, end)
+			assert.Equal(t, tc.via, via)
+		})
+	}
 }
