@@ -22,7 +22,7 @@ import (
 //
 // A context that has already ended returns ctx.Err() and does nothing.
 func (c *Comm) Barrier(ctx context.Context) error {
-	if err := c.Err(); err != nil {
+	if err := c.callErr(ctx); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -49,6 +49,9 @@ type Comm struct {
 	// explainedAbort is the abort's error with the flight recorder's line
 	// (record.go), which every later call returns too.
 	explainedAbort atomic.Pointer[explained]
+	// entryExplained: a call's entry has explained an abort it found
+	// (callErr), which no later entry repeats.
+	entryExplained atomic.Bool
 	closed         atomic.Bool
 	closeOnce      sync.Once
 	closeErr       error
@@ -80,6 +83,17 @@ func (c *Comm) PIDs() []int32 { return c.boot.PIDs() }
 // Err reports why the communicator is unusable: nil while healthy, an
 // error wrapping ErrAborted (naming the failed rank) or ErrClosed.
 func (c *Comm) Err() error { return c.apiErr(c.state()) }
+
+// callErr is Err for a call about to begin: after an abort that no call
+// of this rank met (it came between calls), the first such call explains
+// it from the flight records as a failed call would, and every later one
+// returns that.
+func (c *Comm) callErr(ctx context.Context) error {
+	if p := c.abortErr.Load(); p != nil && c.rec != nil && c.explainedAbort.Load() == nil && c.entryExplained.CompareAndSwap(false, true) {
+		return c.apiErr(c.explainFailure(ctx, *p, *p))
+	}
+	return c.Err()
+}
 
 // state is Err without the API's prefix.
 func (c *Comm) state() error {
@@ -128,7 +142,7 @@ func (c *Comm) run(ctx context.Context, coll collectives.Collective, send, recv 
 }
 
 func (c *Comm) runCall(ctx context.Context, coll collectives.Collective, send, recv uintptr, count int, dt DataType, op Op, root int, stream uintptr) error {
-	if err := c.Err(); err != nil {
+	if err := c.callErr(ctx); err != nil {
 		return err
 	}
 	// Every call takes a number, also one that launches nothing (count 0,

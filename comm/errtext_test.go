@@ -112,7 +112,8 @@ func TestErrorTexts(t *testing.T) {
 				return err
 			}},
 		{name: "peer aborted", n: 3, is: ErrAborted, peer: 1,
-			want: "goccl: rank 0: rank 1 failed: communicator aborted: called Abort: disk full",
+			// The call that finds the abort explains it from the records.
+			want: "goccl: rank 0: rank 1 failed: communicator aborted: called Abort: disk full; flight recorder: no rank is in a call; ranks 0-2 made no call yet",
 			fail: func(t *testing.T, c []*Comm) error {
 				c[1].Abort(errors.New("disk full"))
 				waitFor(t, 20*time.Second, func() bool { return c[0].Err() != nil }, "rank 0 to learn of the abort")

@@ -174,7 +174,7 @@ func (c *Comm) checkBlocks(name string, send, recv uintptr, count int, dt DataTy
 // withGroup runs the group fill builds, on this communicator's reused
 // group (no allocation once warm).
 func (c *Comm) withGroup(ctx context.Context, kind collectives.GroupKind, fill func(*collectives.Group)) error {
-	if err := c.Err(); err != nil {
+	if err := c.callErr(ctx); err != nil {
 		return err
 	}
 	c.groupMu.Lock()
@@ -189,7 +189,7 @@ func (c *Comm) withGroup(ctx context.Context, kind collectives.GroupKind, fill f
 // runGroup issues one communicator's part of a group: the collectives
 // take their numbers, and the backend runs the whole part.
 func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
-	if err := c.Err(); err != nil {
+	if err := c.callErr(ctx); err != nil {
 		return err
 	}
 	// Calls every rank makes take numbers, also when the context has ended

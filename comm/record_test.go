@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -402,4 +403,42 @@ func TestRecordsOverBootstrap(t *testing.T) {
 		rec := await(t, comms[r], 1, "close")
 		assert.Equal(t, uint64(2), rec.Calls[len(rec.Calls)-1].Seq)
 	}
+}
+
+// TestAbortBetweenCallsExplained: an abort that reaches ranks between
+// their calls is explained by the next call's entry, as a call that met
+// it would be, on collectives and point-to-point alike; later calls
+// return the same text.
+func TestAbortBetweenCallsExplained(t *testing.T) {
+	comms := hostCommsEnv(t, 3, map[string]string{})
+	buf := make([][]float32, 3)
+	errs := eachComm(comms, func(c *Comm) error {
+		buf[c.Rank()] = make([]float32, 16)
+		p := uintptr(unsafe.Pointer(&buf[c.Rank()][0]))
+		for range 2 {
+			if err := c.AllReduce(context.Background(), p, p, 16, Float32, Sum, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	comms[2].Abort(errors.New("the application gave up"))
+	for _, c := range comms[:2] {
+		require.Eventually(t, func() bool { return c.Err() != nil }, 10*time.Second, time.Millisecond)
+	}
+	p0 := uintptr(unsafe.Pointer(&buf[0][0]))
+	first := comms[0].AllReduce(context.Background(), p0, p0, 16, Float32, Sum, 0)
+	require.ErrorIs(t, first, ErrAborted)
+	assert.Contains(t, first.Error(), "the application gave up")
+	assert.Contains(t, first.Error(), "; flight recorder: ")
+	later := comms[0].AllReduce(context.Background(), p0, p0, 16, Float32, Sum, 0)
+	assert.Equal(t, first.Error(), later.Error())
+	p1 := uintptr(unsafe.Pointer(&buf[1][0]))
+	send := comms[1].Send(context.Background(), p1, 16, Float32, 0, 0)
+	require.ErrorIs(t, send, ErrAborted)
+	assert.Contains(t, send.Error(), "; flight recorder: ")
+	runtime.KeepAlive(buf)
 }
