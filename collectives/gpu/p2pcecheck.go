@@ -29,8 +29,13 @@ import (
 // Offers sit in a ring of pceRing per peer and direction indexed by the
 // number: a peer's next group cannot overwrite one before it is read
 // (its ops complete only once we enqueued ours, after the check), but a
-// group with more ops than the ring to one peer in one direction
-// overwrites its own first offers; those ops go unverified.
+// group with more ops than the ring to one peer in one direction, or
+// eager Sends that let a peer run that far ahead, overwrite offers not
+// yet read; those ops go unverified. An offer's number is cleared before
+// its other words are written and set after them, and the reader reads
+// the number again after them: a read that overlapped an overwrite does
+// not see its own number at the end, and is taken for unverified rather
+// than compared (TestP2PCEOfferReadIsNeverTorn).
 
 // pceOffer is an offer's four words: n; ce, bits 32-46 of the offset
 // and bits 32-47 of the bytes; the offset's and the bytes' low words.
@@ -91,16 +96,27 @@ func (be *Backend) pceCheck(ctx context.Context, main cuda.Stream) error {
 	return nil
 }
 
-// pceOffers writes every op's offer into its peer's area, its number
-// last (each write fences the ones before it).
+// pceWrite is one word of an offer's writes, in order.
+type pceWrite struct {
+	word int
+	val  uint32
+}
+
+// pceOfferWrites is the order in which offer w is written over the slot's
+// last: its number cleared (no reader waits for 0: numbers start at 1),
+// the other words, its number (each write fences the ones before it).
+func pceOfferWrites(w [4]uint32) [5]pceWrite {
+	return [5]pceWrite{{0, 0}, {1, w[1]}, {2, w[2]}, {3, w[3]}, {0, w[0]}}
+}
+
+// pceOffers writes every op's offer into its peer's area.
 func (be *Backend) pceOffers(s cuda.Stream) error {
 	pc := &be.ce.p2p
 	for j := range pc.ops {
 		x := &pc.ops[j]
 		at := be.pceArea(x.peer) + pceSlot(x.send, be.rank, x.n)
-		w := pceOffer(x)
-		for _, i := range [4]int{1, 2, 3, 0} {
-			if err := be.drv.StreamWriteValue32(be.ctx, s, cuda.DevicePtr(at+uintptr(4*i)), w[i]); err != nil {
+		for _, w := range pceOfferWrites(pceOffer(x)) {
+			if err := be.drv.StreamWriteValue32(be.ctx, s, cuda.DevicePtr(at+uintptr(4*w.word)), w.val); err != nil {
 				return fmt.Errorf("offer to rank %d: %w", x.peer, err)
 			}
 		}
@@ -126,6 +142,11 @@ func (be *Backend) pceReadOffers(ctx context.Context) error {
 			return fmt.Errorf("wait for rank %d's offer: %w", x.peer, err)
 		}
 		if err := be.drv.MemcpyDtoHAsync(be.ctx, unsafe.Add(pc.host, 16*j), cuda.DevicePtr(at), pceOfferBytes, pc.chk); err != nil {
+			return fmt.Errorf("read rank %d's offer: %w", x.peer, err)
+		}
+		// Its number once more, over the first read's: the copy above
+		// is whole only if no later offer began meanwhile.
+		if err := be.drv.MemcpyDtoHAsync(be.ctx, unsafe.Add(pc.host, 16*j), cuda.DevicePtr(at), 4, pc.chk); err != nil {
 			return fmt.Errorf("read rank %d's offer: %w", x.peer, err)
 		}
 	}
@@ -194,8 +215,8 @@ func (be *Backend) pceGrowHost(n int) error {
 // pceCompare checks op x against the offer got of the op it pairs with.
 func (be *Backend) pceCompare(x *pceOp, got [4]uint32) error {
 	if got[0] != x.n {
-		// Overwritten by a later offer of the same group (more than the
-		// ring to one peer): unverified.
+		// Overwritten by a later offer, before or while it was read:
+		// unverified.
 		return nil
 	}
 	theirCE, theirOff, theirBytes := pceOfferFields(got)

@@ -148,9 +148,10 @@ func TestP2PCECheckPassesMatchingOps(t *testing.T) {
 				for me := range bes {
 					next := (me + 1) % n
 					// The Send's offer into next's tx ring, slot (me, n%8):
-					// offset me*size, bytes, its number last.
+					// its number cleared, offset me*size, bytes, its number.
 					at := rankAddr(wsBase, next) + 0x9100 + 256 + 1024 + uintptr(me*8+int(2*call-1)%8)*16
 					want := []fakeOp{
+						{kind: "write", stream: userStream, dst: at, val: 0},
 						{kind: "write", stream: userStream, dst: at + 4, val: 1 | uint32(uint64(me*size)>>32)<<1},
 						{kind: "write", stream: userStream, dst: at + 8, val: uint32(me * size)},
 						{kind: "write", stream: userStream, dst: at + 12, val: size},
@@ -158,9 +159,9 @@ func TestP2PCECheckPassesMatchingOps(t *testing.T) {
 					}
 					ops := drvs[me].opsOf()
 					if call%2 == 1 { // the Recv first in the group (ringGroups), its offer first
-						ops = ops[4:]
+						ops = ops[len(want):]
 					}
-					assert.Equal(t, want, ops[:4], "rank %d call %d", me, call)
+					assert.Equal(t, want, ops[:len(want)], "rank %d call %d", me, call)
 					assert.Len(t, drvs[me].opsOf("copy"), 1, "rank %d: the copy went", me)
 					assert.Equal(t, 1, len(drvs[me].launches), "rank %d: the kernel's ops", me)
 				}
@@ -344,4 +345,69 @@ func TestP2PCEOfferFields(t *testing.T) {
 			assert.ErrorIs(t, err, ErrNotSymmetric, tc.name)
 		}
 	}
+}
+
+// TestP2PCEOfferReadIsNeverTorn runs every interleaving of an offer's
+// writes over the slot's last offer (pceOfferWrites) with a reader of
+// either, as pceReadOffers reads: its wait for the number, the four
+// words in any order (a copy's order is the engine's), the number again.
+// A read that ends on its own number has that offer's words, whatever
+// the interleaving; and a read not overlapped by the writes verifies.
+func TestP2PCEOfferReadIsNeverTorn(t *testing.T) {
+	old := pceOffer(&pceOp{n: 3, ce: true, off: 0x1000, bytes: 4096})
+	next := pceOffer(&pceOp{n: 3 + pceRing, ce: false, bytes: 1 << 40})
+	writes := pceOfferWrites(next)
+	perms := permutations([]int{0, 1, 2, 3})
+	for _, want := range [][4]uint32{old, next} {
+		verified := 0
+		for _, perm := range perms {
+			// state: the slot, the writes done, the reader's steps done
+			// (0: waiting, 1-4: words read, 5: number read again).
+			var walk func(mem [4]uint32, wi, ri int, got [4]uint32)
+			walk = func(mem [4]uint32, wi, ri int, got [4]uint32) {
+				if ri == 6 {
+					return
+				}
+				if wi < len(writes) {
+					m := mem
+					m[writes[wi].word] = writes[wi].val
+					walk(m, wi+1, ri, got)
+				}
+				switch {
+				case ri == 0:
+					if int32(mem[0]-want[0]) >= 0 {
+						walk(mem, wi, 1, got)
+					}
+				case ri <= 4:
+					g := got
+					g[perm[ri-1]] = mem[perm[ri-1]]
+					walk(mem, wi, ri+1, g)
+				case ri == 5:
+					got[0] = mem[0]
+					if got[0] == want[0] {
+						require.Equal(t, want, got, "offer %d read torn (words in order %v)", want[0], perm)
+						verified++
+					}
+					walk(mem, wi, 6, got)
+				}
+			}
+			walk(old, 0, 0, [4]uint32{})
+		}
+		assert.Positive(t, verified, "offer %d never verified", want[0])
+	}
+}
+
+// permutations returns every order of xs.
+func permutations(xs []int) [][]int {
+	if len(xs) <= 1 {
+		return [][]int{append([]int(nil), xs...)}
+	}
+	var out [][]int
+	for i := range xs {
+		rest := append(append([]int(nil), xs[:i]...), xs[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]int{xs[i]}, p...))
+		}
+	}
+	return out
 }
