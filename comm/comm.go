@@ -176,10 +176,13 @@ func (c *Comm) runCall(ctx context.Context, coll collectives.Collective, send, r
 	if c.log.Enabled(ctx, LevelTrace) {
 		c.trace(ctx, a)
 	}
+	id := c.rec.Begin(a)
 	if err := c.closedBefore(a.Seq); err != nil {
+		// Recorded as entered and failed: a peer's explanation then
+		// finds this rank in the call, not short of it.
+		c.rec.End(id, err)
 		return c.runFailed(ctx, err)
 	}
-	id := c.rec.Begin(a)
 	if c.checked != nil {
 		err = c.checked.RunChecked(ctx, a)
 	} else {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/recorder"
 )
 
 func TestCommValidationReachesNothing(t *testing.T) {
@@ -324,4 +325,34 @@ func TestCallAfterPeerClosed(t *testing.T) {
 	assert.Contains(t, err.Error(), "after call #2, with calls still outstanding on other ranks (rank 0 is in call #3)")
 	assert.Equal(t, 2, fb.runCount(), "the third call never reached the backend")
 	require.ErrorIs(t, comms[0].Err(), ErrAborted)
+	assertLastCallFailed(t, comms[0], 3)
+}
+
+// The same through a group of collectives: it fails at once, and is
+// recorded as entered and failed.
+func TestGroupAfterPeerClosed(t *testing.T) {
+	comms := initGroup(t, 2, testOpts(&fakeFactory{}))
+	ctx := context.Background()
+	for _, c := range comms {
+		require.NoError(t, c.AllReduce(ctx, 8, 8, 4, Float32, Sum, 0))
+	}
+	require.NoError(t, comms[1].Close())
+	waitFor(t, 10*time.Second, func() bool { return comms[0].boot.hasClosed(1) }, "rank 1's goodbye")
+	g := NewGroup()
+	require.NoError(t, g.AllReduce(comms[0], 8, 8, 4, Float32, Sum, 0))
+	require.NoError(t, g.AllReduce(comms[0], 8, 8, 4, Float32, Sum, 0))
+	err := g.Run(ctx)
+	require.ErrorIs(t, err, ErrPeerClosed)
+	assertLastCallFailed(t, comms[0], 2)
+}
+
+// assertLastCallFailed: c's record ends with call seq, failed, so that a
+// peer's explanation finds c in that call rather than short of it.
+func assertLastCallFailed(t *testing.T, c *Comm, seq uint64) {
+	t.Helper()
+	rec := c.Record()
+	require.NotEmpty(t, rec.Calls)
+	last := rec.Calls[len(rec.Calls)-1]
+	assert.Equal(t, seq, last.Seq, "%+v", last)
+	assert.Equal(t, recorder.Failed, last.StateOf(), "%+v", last)
 }

@@ -213,12 +213,13 @@ func (c *Comm) runGroup(ctx context.Context, g *collectives.Group) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	id := c.rec.BeginGroup(g)
 	if len(g.Colls) > 0 || g.Kind != collectives.PlainGroup {
 		if err := c.closedBefore(c.seq); err != nil {
+			c.rec.End(id, err) // as in runCall
 			return c.runFailed(ctx, err)
 		}
 	}
-	id := c.rec.BeginGroup(g)
 	c.inP2P = len(g.P2P) > 0
 	defer func() { c.inP2P = false }()
 	if gr, ok := c.backend.(collectives.GroupRunner); ok {
