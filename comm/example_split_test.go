@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log"
 	"sync"
-	"unsafe"
 
 	"github.com/goccl/goccl/comm"
 )
@@ -31,22 +30,21 @@ func ExampleComm_Shrink() {
 			if err != nil {
 				log.Fatal(err)
 			}
-			v := int64(r)
-			p := uintptr(unsafe.Pointer(&v))
-			if err := half.AllReduce(ctx, p, p, 1, comm.Int64, comm.Sum, 0); err != nil {
+			v := []int64{int64(r)}
+			if err := half.AllReduce(ctx, ptr(v), ptr(v), 1, comm.Int64, comm.Sum, 0); err != nil {
 				log.Fatal(err)
 			}
-			sums[r] = v
+			sums[r] = v[0]
 			if r == 2 { // the even half's rank 1 survives its rank 0
 				small, err := half.Shrink(ctx, []int{0}, comm.Options{})
 				if err != nil {
 					log.Fatal(err)
 				}
-				v = int64(r)
-				if err := small.AllReduce(ctx, p, p, 1, comm.Int64, comm.Sum, 0); err != nil {
+				v[0] = int64(r)
+				if err := small.AllReduce(ctx, ptr(v), ptr(v), 1, comm.Int64, comm.Sum, 0); err != nil {
 					log.Fatal(err)
 				}
-				shrunk[r] = v
+				shrunk[r] = v[0]
 				_ = small.Close()
 			}
 			_ = half.Close()

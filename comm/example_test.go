@@ -19,8 +19,21 @@ import (
 
 // ptr gives a Go slice's address for a call. The backend reads and writes
 // the memory behind it, so the caller keeps the slice alive until the call
-// is done (runtime.KeepAlive after it); heap memory from make does not move.
-func ptr[T any](s []T) uintptr { return uintptr(unsafe.Pointer(&s[0])) }
+// is done (runtime.KeepAlive after it), and on the heap: a slice whose
+// address leaves only as a uintptr may be put on the goroutine's stack,
+// which moves. The store to escaped, never made, tells the compiler that
+// s outlives the call.
+func ptr[T any](s []T) uintptr {
+	if escaped.on {
+		escaped.s = s
+	}
+	return uintptr(unsafe.Pointer(&s[0]))
+}
+
+var escaped struct {
+	on bool
+	s  any
+}
 
 // eachRank runs f on every communicator at once, as the ranks of one job
 // run, and returns each rank's error.

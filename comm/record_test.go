@@ -64,8 +64,8 @@ func runCalls(t *testing.T, comms []*Comm, calls []call) {
 	errs := eachComm(comms, func(c *Comm) error {
 		ctx := context.Background()
 		for _, k := range calls {
-			send := make([]float32, k.count)
-			recv := make([]float32, k.count*n)
+			send := onHeap(make([]float32, k.count))
+			recv := onHeap(make([]float32, k.count*n))
 			sp, rp := uintptr(unsafe.Pointer(&send[0])), uintptr(unsafe.Pointer(&recv[0]))
 			var err error
 			switch k.coll {

@@ -256,9 +256,9 @@ func TestSplitNested(t *testing.T) {
 	// Each contributes its parent rank: the gather lists them by key.
 	got := make([][]int64, 4)
 	errs = eachRank(all, func(k *Comm) error {
-		parent := int64(slices.Index(all, k))
-		got[parent] = []int64{-1, -1, -1, -1}
-		return k.AllGather(context.Background(), uintptr(unsafe.Pointer(&parent)), uintptr(unsafe.Pointer(&got[parent][0])), 1, Int64, 0)
+		parent := onHeap([]int64{int64(slices.Index(all, k))})
+		got[parent[0]] = []int64{-1, -1, -1, -1}
+		return k.AllGather(context.Background(), uintptr(unsafe.Pointer(&parent[0])), uintptr(unsafe.Pointer(&got[parent[0]][0])), 1, Int64, 0)
 	})
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)

@@ -291,4 +291,18 @@ func TestBackToBackWithSkew(t *testing.T) {
 	}
 }
 
-func addr32(s []int32) uintptr { return uintptr(unsafe.Pointer(&s[0])) }
+// addr64 is s's address for a call, s kept on the heap.
+func addr64(s []uint64) uintptr {
+	if escapeHere.on {
+		escapeHere.s = s
+	}
+	return uintptr(unsafe.Pointer(&s[0]))
+}
+
+// addr32 is s's address for a call, s kept on the heap.
+func addr32(s []int32) uintptr {
+	if escapeHere.on {
+		escapeHere.s = s
+	}
+	return uintptr(unsafe.Pointer(&s[0]))
+}

@@ -87,6 +87,9 @@ func (j *job) verifyPreMul(c call) error {
 	prods := make([][]byte, n)
 	args := make([]collectives.Args, n)
 	bits := make([]uint64, n)
+	if escapeHere.on { // the ranks read the scalars from other goroutines
+		escapeHere.s = bits
+	}
 	j.resetArenas()
 	for r := 0; r < n; r++ {
 		v := ints[r]

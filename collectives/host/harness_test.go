@@ -126,11 +126,23 @@ func alloc(n int) []byte {
 	return b[off : off+n : off+n]
 }
 
+// addr is b's address for a call, b kept on the heap.
 func addr(b []byte) uintptr {
 	if len(b) == 0 {
 		return 0
 	}
+	if escapeHere.on {
+		escapeHere.s = b
+	}
 	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// escapeHere is never made: the store to it keeps a buffer whose address
+// leaves only as a uintptr on the heap, where the goroutine stacks, which
+// move, would otherwise be allowed to hold it.
+var escapeHere struct {
+	on bool
+	s  any
 }
 
 // poison fills an output with bytes no correct result is made of: NaN for

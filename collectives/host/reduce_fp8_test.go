@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -161,12 +162,13 @@ func TestPreMulSumScalesInput(t *testing.T) {
 					in := fp8Specials(rng, dt, count)
 					a := &collectives.Args{Coll: collectives.AllReduce, Op: collectives.PreMulSum, Type: dt, Count: count,
 						Send: uintptr(unsafe.Pointer(&in[0])), Scalar: s}
-					bits := s.Bits
+					bits := []uint64{s.Bits}
 					if byAddr {
-						a.Scalar = collectives.ScalarAt(uintptr(unsafe.Pointer(&bits)))
+						a.Scalar = collectives.ScalarAt(addr64(bits))
 					}
 					var p premul
 					sa := scaledArgs(&p, a, 3)
+					runtime.KeepAlive(bits)
 					require.Equal(t, collectives.Sum, sa.Op)
 					require.Equal(t, collectives.PreMulSum, a.Op, "the caller's Args are left alone")
 					got := hostBytes(sa.Send, count*dt.Size())

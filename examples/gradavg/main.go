@@ -12,8 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
-	"unsafe"
 
 	"github.com/goccl/goccl/comm"
 )
@@ -37,7 +35,7 @@ func train(ctx context.Context, params, steps int, lr float32) error {
 	// it is and where rank 0 listens. This example keeps its tensors in
 	// host memory, so it asks for the host backend. On GPUs, leave Backend
 	// empty (auto) and pass your framework's device pointers and CUDA
-	// stream instead: the calls stay the same.
+	// stream to c.AllReduce instead.
 	c, err := comm.InitFromEnv(ctx, comm.Options{Backend: comm.BackendHost})
 	if err != nil {
 		return err
@@ -55,18 +53,16 @@ func train(ctx context.Context, params, steps int, lr float32) error {
 		target[i] = float32((i + rank) % 8)
 	}
 
-	// The collective goes on the stream the caller picks, so that it can
-	// overlap with compute on another stream. The host backend runs the
-	// call synchronously and ignores it; on a GPU pass a CUstream.
-	var stream uintptr
-	gradPtr := uintptr(unsafe.Pointer(&grad[0]))
 	for step := 0; step < steps; step++ {
 		// Backward pass: the gradient of 0.5·|w - target|² on this shard.
 		for i := range grad {
 			grad[i] = w[i] - target[i]
 		}
 		// In place (send == recv): grad becomes the mean over all ranks.
-		if err := c.AllReduce(ctx, gradPtr, gradPtr, params, comm.Float32, comm.Avg, stream); err != nil {
+		// Go slices go through the typed calls, which check the lengths
+		// and keep the slices on the heap; device memory goes through
+		// c.AllReduce with the pointers and the caller's CUDA stream.
+		if err := comm.AllReduceSlice(ctx, c, grad, grad, comm.Avg); err != nil {
 			// A dead or hung peer ends here with an error naming it.
 			return fmt.Errorf("rank %d, step %d: %w", rank, step, err)
 		}
@@ -75,7 +71,6 @@ func train(ctx context.Context, params, steps int, lr float32) error {
 			w[i] -= lr * grad[i]
 		}
 	}
-	runtime.KeepAlive(grad) // grad's memory was used through gradPtr
 
 	var checksum float64
 	for _, v := range w {

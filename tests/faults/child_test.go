@@ -15,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -212,7 +211,6 @@ func loop(ctx context.Context, c *comm.Comm) int {
 		send, recv = make([]int32, count), make([]int32, count)
 	}
 	g := comm.NewGroup()
-	ptr := func(b []int32) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 	noCheck := os.Getenv("FAULTS_NOCHECK") == "1"
 	oddIt, oddHow := -1, ""
 	if v := os.Getenv("FAULTS_ODD_" + strconv.Itoa(r)); v != "" {
@@ -412,7 +410,7 @@ func rlimitMain() int {
 		for _, c := range comms {
 			go func(c *comm.Comm) {
 				b := make([]int32, 16)
-				p := uintptr(unsafe.Pointer(&b[0]))
+				p := ptr(b)
 				errs <- c.AllReduce(ctx, p, p, len(b), comm.Int32, comm.Sum, 0)
 				runtime.KeepAlive(b)
 			}(c)

@@ -63,7 +63,21 @@ func closeAll(t *testing.T, comms []*comm.Comm) {
 	}
 }
 
-func ptr(b []int32) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+// ptr is b's address for a call, b kept on the heap.
+func ptr(b []int32) uintptr {
+	if escapeHere.on {
+		escapeHere.s = b
+	}
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// escapeHere is never made: the store to it keeps a buffer whose address
+// leaves only as a uintptr on the heap, where the goroutine stacks, which
+// move, would otherwise be allowed to hold it.
+var escapeHere struct {
+	on bool
+	s  any
+}
 
 // checkAllReduce runs an Int32 sum on every rank and checks the result.
 func checkAllReduce(t *testing.T, comms []*comm.Comm, count int, base int32) {
