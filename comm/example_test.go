@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/goccl/goccl/comm"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // The examples run on the host backend, so that `go test` runs them on any
@@ -21,19 +22,8 @@ import (
 // the memory behind it, so the caller keeps the slice alive until the call
 // is done (runtime.KeepAlive after it), and on the heap: a slice whose
 // address leaves only as a uintptr may be put on the goroutine's stack,
-// which moves. The store to escaped, never made, tells the compiler that
-// s outlives the call.
-func ptr[T any](s []T) uintptr {
-	if escaped.on {
-		escaped.s = s
-	}
-	return uintptr(unsafe.Pointer(&s[0]))
-}
-
-var escaped struct {
-	on bool
-	s  any
-}
+// which moves.
+func ptr[T any](s []T) uintptr { return onheap.Addr(s) }
 
 // eachRank runs f on every communicator at once, as the ranks of one job
 // run, and returns each rank's error.

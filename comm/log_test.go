@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/internal/onheap"
 	"github.com/goccl/goccl/internal/syncbuf"
 )
 
@@ -26,7 +27,7 @@ func TestDebugLevels(t *testing.T) {
 			comms, err := InitAll(context.Background(), []int{0, 1}, Options{Backend: BackendHost, Env: map[string]string{}, Logger: log})
 			require.NoError(t, err)
 			errs := eachRank(comms, func(c *Comm) error {
-				b := onHeap(make([]float32, 64))
+				b := onheap.Slice(make([]float32, 64))
 				p := uintptr(unsafe.Pointer(&b[0]))
 				return c.AllReduce(context.Background(), p, p, len(b), Float32, Sum, 0)
 			})

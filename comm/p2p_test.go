@@ -6,37 +6,17 @@ import (
 	"runtime"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // ptr32 is b's address for a call, b kept on the heap (the goroutine
-// stacks move; see onHeap).
-func ptr32(b []int32) uintptr {
-	if len(b) == 0 {
-		return 0
-	}
-	return uintptr(unsafe.Pointer(&onHeap(b)[0]))
-}
-
-// onHeap returns s, which the store to escapeHere (never made) keeps on
-// the heap: a buffer whose address leaves only as a uintptr may otherwise
-// be put on the goroutine's stack, which moves under the backend.
-func onHeap[T any](s []T) []T {
-	if escapeHere.on {
-		escapeHere.s = s
-	}
-	return s
-}
-
-var escapeHere struct {
-	on bool
-	s  any
-}
+// stacks move).
+func ptr32(b []int32) uintptr { return onheap.Addr(b) }
 
 // val is the element rank s sends to rank d at index i in every test here:
 // the reference the receivers check against.

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goccl/goccl/internal/onheap"
 	"github.com/goccl/goccl/internal/syncbuf"
 	"github.com/goccl/goccl/recorder"
 )
@@ -64,8 +65,8 @@ func runCalls(t *testing.T, comms []*Comm, calls []call) {
 	errs := eachComm(comms, func(c *Comm) error {
 		ctx := context.Background()
 		for _, k := range calls {
-			send := onHeap(make([]float32, k.count))
-			recv := onHeap(make([]float32, k.count*n))
+			send := onheap.Slice(make([]float32, k.count))
+			recv := onheap.Slice(make([]float32, k.count*n))
 			sp, rp := uintptr(unsafe.Pointer(&send[0])), uintptr(unsafe.Pointer(&recv[0]))
 			var err error
 			switch k.coll {

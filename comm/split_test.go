@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // hostOpts are quick options on the real host backend.
@@ -256,7 +257,7 @@ func TestSplitNested(t *testing.T) {
 	// Each contributes its parent rank: the gather lists them by key.
 	got := make([][]int64, 4)
 	errs = eachRank(all, func(k *Comm) error {
-		parent := onHeap([]int64{int64(slices.Index(all, k))})
+		parent := onheap.Slice([]int64{int64(slices.Index(all, k))})
 		got[parent[0]] = []int64{-1, -1, -1, -1}
 		return k.AllGather(context.Background(), uintptr(unsafe.Pointer(&parent[0])), uintptr(unsafe.Pointer(&got[parent[0]][0])), 1, Int64, 0)
 	})

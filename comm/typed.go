@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // Typed calls over Go slices, for host memory (the host backend). The
@@ -193,27 +194,11 @@ func sliceCall[T Element](c *Comm, name string, send, recv []T, wantSend, wantRe
 	return nil
 }
 
-// addr is the address of s's first element (0 for an empty slice). The
-// escape keeps the backing array on the heap: a stack array could move
-// when the goroutine's stack grows during the call, and the backend holds
-// only its address.
-func addr[T Element](s []T) uintptr {
-	if len(s) == 0 {
-		return 0
-	}
-	p := unsafe.Pointer(unsafe.SliceData(s))
-	if escapeSink.on {
-		escapeSink.p = p
-	}
-	return uintptr(p)
-}
-
-// escapeSink is never written (on is always false), but escape analysis
-// cannot know that, so every array addr sees lives on the heap.
-var escapeSink struct {
-	on bool
-	p  unsafe.Pointer
-}
+// addr is the address of s's first element (0 for an empty slice), its
+// backing array kept on the heap: a stack array could move when the
+// goroutine's stack grows during the call, and the backend holds only its
+// address.
+func addr[T Element](s []T) uintptr { return onheap.Addr(s) }
 
 // keep holds send and recv alive until the call has returned.
 func keep[T Element](send, recv []T) {

@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // startWaiting makes ranks 0..n-2 call AllReduce while the last rank
@@ -291,18 +291,6 @@ func TestBackToBackWithSkew(t *testing.T) {
 	}
 }
 
-// addr64 is s's address for a call, s kept on the heap.
-func addr64(s []uint64) uintptr {
-	if escapeHere.on {
-		escapeHere.s = s
-	}
-	return uintptr(unsafe.Pointer(&s[0]))
-}
-
-// addr32 is s's address for a call, s kept on the heap.
-func addr32(s []int32) uintptr {
-	if escapeHere.on {
-		escapeHere.s = s
-	}
-	return uintptr(unsafe.Pointer(&s[0]))
-}
+// addr64 and addr32 are s's address for a call, s kept on the heap.
+func addr64(s []uint64) uintptr { return onheap.Addr(s) }
+func addr32(s []int32) uintptr  { return onheap.Addr(s) }

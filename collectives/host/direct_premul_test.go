@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/collectives"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // premulRef is rank q's input times its scalar s, element by element, as
@@ -86,10 +87,7 @@ func (j *job) verifyPreMul(c call) error {
 	ins, outs, sends := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	prods := make([][]byte, n)
 	args := make([]collectives.Args, n)
-	bits := make([]uint64, n)
-	if escapeHere.on { // the ranks read the scalars from other goroutines
-		escapeHere.s = bits
-	}
+	bits := onheap.Slice(make([]uint64, n)) // the ranks read the scalars from other goroutines
 	j.resetArenas()
 	for r := 0; r < n; r++ {
 		v := ints[r]

@@ -17,6 +17,7 @@ import (
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/internal/fp8"
 	"github.com/goccl/goccl/internal/half"
+	"github.com/goccl/goccl/internal/onheap"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/transporttest"
 )
@@ -127,23 +128,7 @@ func alloc(n int) []byte {
 }
 
 // addr is b's address for a call, b kept on the heap.
-func addr(b []byte) uintptr {
-	if len(b) == 0 {
-		return 0
-	}
-	if escapeHere.on {
-		escapeHere.s = b
-	}
-	return uintptr(unsafe.Pointer(&b[0]))
-}
-
-// escapeHere is never made: the store to it keeps a buffer whose address
-// leaves only as a uintptr on the heap, where the goroutine stacks, which
-// move, would otherwise be allowed to hold it.
-var escapeHere struct {
-	on bool
-	s  any
-}
+func addr(b []byte) uintptr { return onheap.Addr(b) }
 
 // poison fills an output with bytes no correct result is made of: NaN for
 // floats, 0xAB for integers.

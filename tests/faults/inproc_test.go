@@ -6,11 +6,11 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/goccl/goccl/comm"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // Helpers for scenarios whose ranks are goroutines of the test process.
@@ -64,20 +64,7 @@ func closeAll(t *testing.T, comms []*comm.Comm) {
 }
 
 // ptr is b's address for a call, b kept on the heap.
-func ptr(b []int32) uintptr {
-	if escapeHere.on {
-		escapeHere.s = b
-	}
-	return uintptr(unsafe.Pointer(&b[0]))
-}
-
-// escapeHere is never made: the store to it keeps a buffer whose address
-// leaves only as a uintptr on the heap, where the goroutine stacks, which
-// move, would otherwise be allowed to hold it.
-var escapeHere struct {
-	on bool
-	s  any
-}
+func ptr(b []int32) uintptr { return onheap.Addr(b) }
 
 // checkAllReduce runs an Int32 sum on every rank and checks the result.
 func checkAllReduce(t *testing.T, comms []*comm.Comm, count int, base int32) {

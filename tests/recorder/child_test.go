@@ -13,10 +13,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/goccl/goccl/collectives"
 	"github.com/goccl/goccl/comm"
+	"github.com/goccl/goccl/internal/onheap"
 )
 
 // childVar makes the test binary run one rank of a job instead of the
@@ -60,12 +60,7 @@ func rankMain() int {
 	const count = 1024
 	n, r := c.Size(), c.Rank()
 	send, recv := make([]int32, count), make([]int32, count*n)
-	ptr := func(b []int32) uintptr {
-		if escapeHere.on { // keeps b on the heap: the goroutine stacks move
-			escapeHere.s = b
-		}
-		return uintptr(unsafe.Pointer(&b[0]))
-	}
+	ptr := onheap.Addr[int32] // keeps b on the heap: the goroutine stacks move
 	fmt.Printf("READY pid=%d rank=%d\n", os.Getpid(), r)
 	for it := 1; it <= iters; it++ {
 		for i := range send {
@@ -160,12 +155,4 @@ func failed(err error) int {
 	fmt.Printf("FAILED aborted=%t mismatch=%t err=%s\n", errors.Is(err, collectives.ErrAborted),
 		strings.Contains(err.Error(), "mismatched"), strings.ReplaceAll(err.Error(), "\n", " "))
 	return 1
-}
-
-// escapeHere is never made: the store to it keeps a buffer whose address
-// leaves only as a uintptr on the heap, where the goroutine stacks, which
-// move, would otherwise be allowed to hold it.
-var escapeHere struct {
-	on bool
-	s  any
 }
